@@ -1,0 +1,294 @@
+//! The running task and the loop's steps: start, turn, inference answer, tool calls, finish.
+
+use capsule_protocol::frame::{ArtifactBody, Frame, StatusBody, TaskState};
+use capsule_protocol::neutral::{Block, DriverRequest, Message, Role, StopReason};
+use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
+use ractor::{ActorRef, RpcReplyPort};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+use super::{LoopMsg, LoopState};
+use crate::coalescer::CoalescerMsg;
+use crate::emitter::EmitterMsg;
+use crate::error::InferenceError;
+use crate::gateway::{GatewayMsg, InferReply};
+use crate::journal::JournalMsg;
+use crate::names::{self, lookup, role};
+use crate::session::TaskOutcome;
+use crate::spend::SpendMsg;
+use crate::tools::{ToolRunReply, ToolsMsg};
+
+/// The task being worked on.
+pub struct Running {
+    pub(crate) task_id: String,
+    pub(crate) context_id: String,
+    pub(crate) attempt: u64,
+    pub(crate) turn: u32,
+    pub(crate) reply: Option<RpcReplyPort<TaskOutcome>>,
+    pub(crate) started: Instant,
+    pub(crate) turn_started: Instant,
+    /// Tool calls of the current turn: (id, name, input), and the next to run.
+    pub(crate) calls: Vec<(String, String, serde_json::Value)>,
+    pub(crate) next_call: usize,
+    pub(crate) call_started: Instant,
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7())
+}
+
+impl LoopState {
+    fn sid(&self) -> &str {
+        &self.config.session_id
+    }
+
+    pub(crate) fn emit(&self, frame: Frame) {
+        if let Some(e) = lookup::<EmitterMsg>(&names::name(self.sid(), role::EMITTER)) {
+            let _ = e.cast(EmitterMsg::Emit(frame));
+        }
+    }
+
+    pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
+        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
+            let _ = j.cast(JournalMsg::Trace(TraceEvent::new(kind, self.sid(), crate::now_ms(), fields)));
+        }
+    }
+
+    fn record(&mut self, m: Message) {
+        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
+            let _ = j.cast(JournalMsg::Record(m.clone()));
+        }
+        self.conversation.push(m);
+    }
+
+    async fn flush(&self) {
+        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
+            let _ = j.call(JournalMsg::Flush, Some(Duration::from_secs(30))).await;
+        }
+    }
+
+    pub(crate) async fn start_task(&mut self, myself: &ActorRef<LoopMsg>, text: String, context_id: Option<String>, reply: RpcReplyPort<TaskOutcome>) {
+        self.attempts += 1;
+        let now = Instant::now();
+        let running = Running {
+            task_id: new_id("tsk"),
+            context_id: context_id.unwrap_or_else(|| new_id("ctx")),
+            attempt: self.attempts,
+            turn: 0,
+            reply: Some(reply),
+            started: now,
+            turn_started: now,
+            calls: Vec::new(),
+            next_call: 0,
+            call_started: now,
+        };
+        if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
+            let _ = c.cast(CoalescerMsg::Reset);
+        }
+        self.trace(TraceKind::TaskStart, json!({"task_id": running.task_id, "context_id": running.context_id, "text": text}));
+        self.running = Some(running);
+        self.record(Message::user_text(text));
+        self.next_turn(myself);
+    }
+
+    fn next_turn(&mut self, myself: &ActorRef<LoopMsg>) {
+        let max_turns = self.config.max_turns;
+        let Some(r) = self.running.as_mut() else { return };
+        if r.turn >= max_turns {
+            let msg = format!("E-RUN-070: the task used all {max_turns} turns (inference.max_turns) without a final reply; raise max_turns or simplify the task");
+            let myself = myself.clone();
+            let _ = myself.cast(LoopMsg::InferenceDone {
+                attempt: r.attempt,
+                reply: Box::new(InferReply { result: Err(InferenceError::Driver { message: msg }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO }),
+            });
+            r.turn = u32::MAX; // marks "out of turns" for on_inference
+            return;
+        }
+        r.turn += 1;
+        r.turn_started = Instant::now();
+        let (task_id, attempt, turn) = (r.task_id.clone(), r.attempt, r.turn);
+        let context_id = r.context_id.clone();
+        self.emit(Frame::Status {
+            id: task_id.clone(),
+            context_id: context_id.clone(),
+            status: StatusBody { state: TaskState::Working, message: format!("inference turn {turn}"), response: None },
+            is_final: false,
+        });
+        let c = &self.config;
+        let request = DriverRequest {
+            model: c.model.clone(),
+            max_tokens: c.max_tokens,
+            system: c.system.clone(),
+            messages: self.conversation.clone(),
+            tools: c.tools.clone(),
+            params: Default::default(),
+            continuation_id: None,
+            prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
+        };
+        let gateway_name = names::gateway(self.sid(), &c.driver);
+        let artifact = c.driver.clone();
+        let timeout = c.call_timeout;
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let down = || InferReply { result: Err(InferenceError::GatewayDown { artifact: artifact.clone() }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO };
+            let reply = match lookup::<GatewayMsg>(&gateway_name) {
+                None => down(),
+                Some(g) => match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await {
+                    Ok(ractor::rpc::CallResult::Success(r)) => r,
+                    _ => down(),
+                },
+            };
+            let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
+        });
+    }
+
+    pub(crate) async fn on_inference(&mut self, myself: &ActorRef<LoopMsg>, reply: InferReply) {
+        let Some(r) = self.running.as_ref() else { return };
+        let (task_id, turn) = (r.task_id.clone(), r.turn);
+        let turn_ms = r.turn_started.elapsed().as_secs_f64() * 1000.0;
+        if turn == u32::MAX {
+            let msg = reply.result.err().map(|e| e.to_string()).unwrap_or_default();
+            return self.finish(ExitStatus::MaxTurnsReached, msg).await;
+        }
+        self.emit(Frame::Text { id: task_id.clone(), text: String::new(), is_final: true });
+        let estimate = estimate_tokens(&self.conversation);
+        let usage = reply.result.as_ref().ok().and_then(|r| r.usage);
+        if let Some(m) = lookup::<SpendMsg>(&names::name(self.sid(), role::SPEND)) {
+            let _ = m.cast(SpendMsg::Record { estimated_input: estimate, usage });
+        }
+        let (stop, error) = match &reply.result {
+            Ok(resp) => (json!(resp.stop_reason), serde_json::Value::Null),
+            Err(e) => (json!("error"), json!({"code": e.code().as_str(), "message": e.to_string()})),
+        };
+        self.trace(
+            TraceKind::Inference,
+            json!({
+                "task_id": task_id, "turn": turn, "driver": self.config.driver, "model": self.config.model,
+                "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
+                "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
+                "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
+                "instantiate_us": reply.instantiate_time.as_micros() as u64,
+            }),
+        );
+        let resp = match reply.result {
+            Err(e) => return self.finish(ExitStatus::Failed, e.to_string()).await,
+            Ok(resp) => resp,
+        };
+        let calls: Vec<(String, String, serde_json::Value)> = resp
+            .content
+            .iter()
+            .filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None })
+            .collect();
+        let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by: None };
+        let text = message.text();
+        self.record(message);
+        match resp.stop_reason {
+            StopReason::ToolCall if !calls.is_empty() => {
+                if let Some(r) = self.running.as_mut() {
+                    r.calls = calls;
+                    r.next_call = 0;
+                }
+                self.run_next_call(myself).await;
+            }
+            _ => self.finish(ExitStatus::Ok, text).await,
+        }
+    }
+
+    async fn run_next_call(&mut self, myself: &ActorRef<LoopMsg>) {
+        let declared: Vec<String> = self.config.tools.iter().map(|t| t.name.clone()).collect();
+        let Some(r) = self.running.as_mut() else { return };
+        let Some((_, name, input)) = r.calls.get(r.next_call).cloned() else {
+            return self.next_turn(myself);
+        };
+        r.call_started = Instant::now();
+        let attempt = r.attempt;
+        if !declared.contains(&name) {
+            let content = format!("tool `{name}` is not declared in this capsule; available tools: {}", if declared.is_empty() { "none".to_string() } else { declared.join(", ") });
+            let reply = ToolRunReply { content, is_error: true, duration_ms: 0, truncated: false, code: None };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+            return;
+        }
+        let tools_name = names::name(self.sid(), role::TOOLS);
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let input = input.to_string();
+            let crashed = || ToolRunReply { content: "E-RUN-050: the tools actor crashed during the call and is being restarted".into(), is_error: true, duration_ms: 0, truncated: false, code: Some("E-RUN-050") };
+            let reply = match lookup::<ToolsMsg>(&tools_name) {
+                None => crashed(),
+                Some(t) => match t.call(|reply| ToolsMsg::Run { name, input, reply }, None).await {
+                    Ok(ractor::rpc::CallResult::Success(r)) => r,
+                    _ => crashed(),
+                },
+            };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+        });
+    }
+
+    pub(crate) async fn on_tool_done(&mut self, myself: &ActorRef<LoopMsg>, reply: ToolRunReply) {
+        let Some(r) = self.running.as_mut() else { return };
+        let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
+        r.next_call += 1;
+        let task_id = r.task_id.clone();
+        if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
+            let _ = c.cast(CoalescerMsg::Settle { id: id.clone() });
+        }
+        self.record(Message::tool_result(id.clone(), reply.content.clone(), reply.is_error));
+        self.trace(
+            TraceKind::ToolCall,
+            json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code}),
+        );
+        self.emit(Frame::Artifact {
+            id: task_id,
+            artifact: ArtifactBody {
+                tool_name: Some(name),
+                content: Some(reply.content),
+                fence_source: None,
+                tool_call_id: Some(id),
+                is_error: Some(reply.is_error),
+                duration_ms: Some(reply.duration_ms),
+                exit_code: None,
+                truncated: Some(reply.truncated),
+            },
+        });
+        self.run_next_call(myself).await;
+    }
+
+    async fn finish(&mut self, status: ExitStatus, text: String) {
+        let Some(mut r) = self.running.take() else { return };
+        let result_text = if status == ExitStatus::Ok { text.clone() } else { format!("error: {text}") };
+        let result_path = self.config.out_dir.join("result.txt");
+        if let Err(e) = std::fs::write(&result_path, &result_text) {
+            tracing::error!(error = %e, path = %result_path.display(), "E-RUN-060: cannot write result.txt");
+        }
+        let turns = if r.turn == u32::MAX { self.config.max_turns } else { r.turn };
+        self.trace(
+            TraceKind::TaskEnd,
+            json!({"task_id": r.task_id, "exit_status": status.as_str(), "turns": turns, "duration_ms": r.started.elapsed().as_millis() as u64, "message": if status == ExitStatus::Ok { serde_json::Value::Null } else { json!(text) }}),
+        );
+        self.flush().await;
+        let (state, response, message) = match status {
+            ExitStatus::Ok => (TaskState::Completed, Some(text.clone()), "completed".to_string()),
+            ExitStatus::Canceled => (TaskState::Canceled, None, text.clone()),
+            _ => (TaskState::Failed, None, text.clone()),
+        };
+        self.emit(Frame::Status { id: r.task_id.clone(), context_id: r.context_id.clone(), status: StatusBody { state, message: message.clone(), response }, is_final: true });
+        let outcome = TaskOutcome { task_id: r.task_id.clone(), context_id: r.context_id.clone(), exit_status: status, message: if status == ExitStatus::Ok { text } else { message }, result_path };
+        if let Some(reply) = r.reply.take() {
+            let _ = reply.send(outcome);
+        }
+    }
+
+    pub(crate) async fn end_session(&mut self) {
+        if self.running.is_some() {
+            self.finish(ExitStatus::Canceled, "the session ended before the task finished".into()).await;
+        }
+        self.trace(TraceKind::SessionEnd, json!({"tasks": self.attempts}));
+        self.flush().await;
+    }
+}
+
+/// The input estimate counted by the spend meter: a quarter of the serialized bytes.
+/// (The cl100k count the contract names comes with the admission work.)
+fn estimate_tokens(conversation: &[Message]) -> u64 {
+    conversation.iter().map(|m| serde_json::to_vec(m).map(|v| v.len() as u64).unwrap_or(0)).sum::<u64>() / 4
+}

@@ -1,0 +1,133 @@
+//! The stream emitter actor: gives every frame its session-wide id, keeps the replay ring and
+//! fans frames out to subscribers.
+//!
+//! Guarantees: ids start at 1 and strictly increase; frames reach every subscriber in id
+//! order; a subscriber that falls behind its bounded queue loses frames and is told how many
+//! with one `lagged` frame as soon as it has room again, so a slow reader never stalls the
+//! emitter or the other readers. A subscription asking for frames after id N first gets the
+//! ring's frames after N, preceded by `gap` when some were already evicted.
+
+use capsule_protocol::frame::{Frame, NumberedFrame};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::mpsc;
+
+/// Frames kept for replay.
+pub const REPLAY_RING: usize = 512;
+/// Frames queued per subscriber before it lags.
+pub const SUBSCRIBER_QUEUE: usize = 128;
+
+/// Messages.
+pub enum EmitterMsg {
+    /// Number and publish a frame.
+    Emit(Frame),
+    /// Subscribe; `after` is a `Last-Event-ID`.
+    Subscribe {
+        /// Replay frames after this id.
+        after: Option<u64>,
+        /// The receiving end.
+        reply: RpcReplyPort<mpsc::Receiver<NumberedFrame>>,
+    },
+    /// The last id assigned.
+    LastId(RpcReplyPort<u64>),
+}
+
+struct Subscriber {
+    tx: mpsc::Sender<NumberedFrame>,
+    missed: u64,
+}
+
+/// State.
+pub struct EmitterState {
+    /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
+    next_id: Arc<AtomicU64>,
+    ring: VecDeque<NumberedFrame>,
+    subscribers: Vec<Subscriber>,
+}
+
+/// The actor. Its argument is the next id to assign (starting at 1 for a new session); the
+/// supervisor keeps the same counter across restarts, so ids never repeat.
+pub struct Emitter;
+
+impl Subscriber {
+    /// Deliver, or count as missed; false when the subscriber is gone.
+    fn offer(&mut self, f: &NumberedFrame) -> bool {
+        if self.missed > 0 {
+            match self.tx.try_send(NumberedFrame { id: None, frame: Frame::Lagged { missed: self.missed } }) {
+                Ok(()) => self.missed = 0,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.missed += 1;
+                    return true;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            }
+        }
+        match self.tx.try_send(f.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.missed += 1;
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+impl Actor for Emitter {
+    type Msg = EmitterMsg;
+    type State = EmitterState;
+    type Arguments = Arc<AtomicU64>;
+
+    async fn pre_start(&self, _myself: ActorRef<EmitterMsg>, next_id: Arc<AtomicU64>) -> Result<EmitterState, ActorProcessingErr> {
+        if next_id.load(Ordering::SeqCst) == 0 {
+            next_id.store(1, Ordering::SeqCst);
+        }
+        Ok(EmitterState { next_id, ring: VecDeque::with_capacity(REPLAY_RING), subscribers: Vec::new() })
+    }
+
+    async fn handle(&self, _myself: ActorRef<EmitterMsg>, msg: EmitterMsg, state: &mut EmitterState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            EmitterMsg::Emit(frame) => {
+                let numbered = if frame.is_id_bearing() {
+                    let id = state.next_id.fetch_add(1, Ordering::SeqCst);
+                    let n = NumberedFrame { id: Some(id), frame };
+                    if state.ring.len() == REPLAY_RING {
+                        state.ring.pop_front();
+                    }
+                    state.ring.push_back(n.clone());
+                    n
+                } else {
+                    NumberedFrame { id: None, frame }
+                };
+                state.subscribers.retain_mut(|s| s.offer(&numbered));
+            }
+            EmitterMsg::Subscribe { after, reply } => {
+                let replay: Vec<NumberedFrame> = match after {
+                    None => Vec::new(),
+                    Some(after) => {
+                        let mut out = Vec::new();
+                        let first = state.ring.front().and_then(|f| f.id).unwrap_or(state.next_id.load(Ordering::SeqCst));
+                        if after + 1 < first {
+                            out.push(NumberedFrame { id: None, frame: Frame::Gap { first_available_id: first } });
+                        }
+                        out.extend(state.ring.iter().filter(|f| f.id.is_some_and(|id| id > after)).cloned());
+                        out
+                    }
+                };
+                let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE.max(replay.len() + 1));
+                let mut sub = Subscriber { tx, missed: 0 };
+                for f in &replay {
+                    sub.offer(f);
+                }
+                state.subscribers.push(sub);
+                let _ = reply.send(rx);
+            }
+            EmitterMsg::LastId(reply) => {
+                let _ = reply.send(state.next_id.load(Ordering::SeqCst) - 1);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! Errors of the actor layer. Launch errors refuse a session before it starts; the rest are
+//! values that end a task with a coded message.
+
+use capsule_protocol::{Code, Diagnostic, Diagnostics};
+use capsule_runtime::{CallError, LoadError};
+
+/// Why a session could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The manifest was refused.
+    #[error("{0}")]
+    Manifest(#[from] Diagnostics),
+    /// An artifact was refused.
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    /// The engine could not start.
+    #[error("the sandbox host could not start")]
+    Host(#[source] LoadError),
+    /// A session file could not be written.
+    #[error("E-RUN-060: cannot write session files under {path}; check the workdir is writable")]
+    Io {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An actor could not be spawned.
+    #[error("E-RUN-050: the {role} actor could not start")]
+    Spawn {
+        /// Which.
+        role: String,
+        /// Why.
+        #[source]
+        source: ractor::SpawnErr,
+    },
+}
+
+impl LaunchError {
+    /// The leading diagnostic code.
+    pub fn code(&self) -> Code {
+        match self {
+            LaunchError::Manifest(d) => d.0.first().map(|d| d.code).unwrap_or(Code::ManifestInvalid),
+            LaunchError::Load(e) | LaunchError::Host(e) => e.code(),
+            LaunchError::Io { .. } => Code::SessionIo,
+            LaunchError::Spawn { .. } => Code::ActorCrashed,
+        }
+    }
+}
+
+impl From<Diagnostic> for LaunchError {
+    fn from(d: Diagnostic) -> Self {
+        LaunchError::Manifest(d.into())
+    }
+}
+
+/// Why an inference call produced no usable response.
+#[derive(Debug, thiserror::Error)]
+pub enum InferenceError {
+    /// The driver component failed (trap, deadline, memory limit).
+    #[error(transparent)]
+    Guest(#[from] CallError),
+    /// The driver reported a failed call (provider error, malformed stream...).
+    #[error("E-RUN-040: inference failed: {message}")]
+    Driver {
+        /// The driver's message (status and body of a provider error, the stream problem...).
+        message: String,
+    },
+    /// The driver answered something that is not the neutral response.
+    #[error("E-RUN-041: driver `{artifact}` answered data that is not a neutral response; the driver is broken")]
+    Protocol {
+        /// Which driver.
+        artifact: String,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The credential could not be produced.
+    #[error("E-RUN-025: credential for driver `{artifact}` is unavailable: {why}")]
+    Credential {
+        /// Which driver.
+        artifact: String,
+        /// Why.
+        why: String,
+    },
+    /// The gateway actor crashed or is gone; its supervisor restarts it.
+    #[error("E-RUN-050: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again")]
+    GatewayDown {
+        /// Which driver.
+        artifact: String,
+    },
+}
+
+impl InferenceError {
+    /// The code.
+    pub fn code(&self) -> Code {
+        match self {
+            InferenceError::Guest(e) => e.code(),
+            InferenceError::Driver { .. } => Code::InferenceFailed,
+            InferenceError::Protocol { .. } => Code::DriverProtocol,
+            InferenceError::Credential { .. } => Code::CredentialUnresolved,
+            InferenceError::GatewayDown { .. } => Code::ActorCrashed,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The gateway actor: one per driver artifact. It runs that driver's calls: asks the
+//! credentials actor for the route, builds the store's grants with the credential in the
+//! egress hook only, calls the component, makes the coalescer flush, and answers.
+//!
+//! Guarantees: one call at a time per driver (mailbox order); every failure is an
+//! [`InferenceError`] value in the reply; progress frames of a call are flushed to the emitter
+//! before the reply is sent, so they precede the call's `artifact` frames.
+
+use capsule_protocol::neutral::{DriverRequest, DriverResponse, StopReason};
+use capsule_runtime::{Grants, Host, LoadedArtifact, ToolInput, ToolStatus};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::coalescer::CoalescerMsg;
+use crate::credentials::CredentialsMsg;
+use crate::emitter::EmitterMsg;
+use crate::error::InferenceError;
+use crate::names::{lookup, name, role};
+use crate::sink::DriverSink;
+
+/// Messages.
+pub enum GatewayMsg {
+    /// Run one inference call.
+    Infer {
+        /// Task the frames belong to.
+        task_id: String,
+        /// The neutral request.
+        request: Box<DriverRequest>,
+        /// Answer.
+        reply: RpcReplyPort<InferReply>,
+    },
+    /// Test hook: panic inside the handler, as a host bug would.
+    InjectPanic,
+}
+
+/// The answer to an `Infer`.
+#[derive(Debug)]
+pub struct InferReply {
+    /// The response, or why there is none.
+    pub result: Result<DriverResponse, InferenceError>,
+    /// Time to create the instance.
+    pub instantiate_time: Duration,
+    /// Whole call time in the gateway.
+    pub call_time: Duration,
+}
+
+/// What a gateway is started with (and restarted with).
+#[derive(Clone)]
+pub struct GatewayArgs {
+    /// Session id (for registry names).
+    pub session_id: String,
+    /// The sandbox host.
+    pub host: Host,
+    /// The loaded driver.
+    pub artifact: LoadedArtifact,
+    /// Grants without the gateway route (added per call).
+    pub grants: Grants,
+}
+
+/// The actor.
+pub struct Gateway;
+
+impl Actor for Gateway {
+    type Msg = GatewayMsg;
+    type State = GatewayArgs;
+    type Arguments = GatewayArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<GatewayMsg>, args: GatewayArgs) -> Result<GatewayArgs, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(&self, _myself: ActorRef<GatewayMsg>, msg: GatewayMsg, state: &mut GatewayArgs) -> Result<(), ActorProcessingErr> {
+        match msg {
+            GatewayMsg::Infer { task_id, request, reply } => {
+                let r = infer(state, task_id, *request).await;
+                let _ = reply.send(r);
+            }
+            GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
+        }
+        Ok(())
+    }
+}
+
+async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> InferReply {
+    let started = Instant::now();
+    let artifact = state.artifact.name().to_string();
+    let sid = &state.session_id;
+    let route = match lookup::<CredentialsMsg>(&name(sid, role::CREDENTIALS)) {
+        Some(c) => match c.call(|reply| CredentialsMsg::Route { artifact: artifact.clone(), reply }, Some(Duration::from_secs(10))).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => None,
+        },
+        None => None,
+    };
+    let mut grants = state.grants.clone();
+    grants.policy.gateway = route;
+    let coalescer = lookup::<CoalescerMsg>(&name(sid, role::COALESCER));
+    let sink = DriverSink { task_id, emitter: lookup::<EmitterMsg>(&name(sid, role::EMITTER)), coalescer: coalescer.clone() };
+    let input = match serde_json::to_string(&request) {
+        Ok(s) => s,
+        Err(source) => {
+            return InferReply { result: Err(InferenceError::Protocol { artifact, source }), instantiate_time: Duration::ZERO, call_time: started.elapsed() };
+        }
+    };
+    let outcome = state.artifact.call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None }).await;
+    if let Some(c) = coalescer {
+        let _ = c.call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(10))).await;
+    }
+    let result = match outcome.result {
+        Err(e) => Err(InferenceError::Guest(e)),
+        Ok(r) => {
+            let parsed = r.data.as_deref().map(serde_json::from_str::<DriverResponse>);
+            match (r.status, parsed) {
+                (ToolStatus::Passed, Some(Ok(resp))) if resp.stop_reason != StopReason::Error => Ok(resp),
+                (_, Some(Ok(resp))) => Err(InferenceError::Driver { message: resp.error.or(r.summary).unwrap_or_else(|| "the driver reported an error without a message".into()) }),
+                (ToolStatus::Passed, Some(Err(source))) => Err(InferenceError::Protocol { artifact, source }),
+                (ToolStatus::Passed, None) => Err(InferenceError::Driver { message: "the driver returned no data".into() }),
+                (_, _) => Err(InferenceError::Driver { message: r.summary.unwrap_or_else(|| "the driver failed without a message".into()) }),
+            }
+        }
+    };
+    InferReply { result, instantiate_time: outcome.instantiate_time, call_time: started.elapsed() }
+}

@@ -1,0 +1,238 @@
+//! Launching a session: read and validate the manifest, resolve and load every artifact,
+//! resolve credentials, build each artifact's grants, create the session folder, and start the
+//! supervision tree. Everything that can be refused is refused here, before anything runs,
+//! with a coded error.
+
+use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, ArtifactRuntime, Capabilities, Limits, Manifest};
+use capsule_protocol::neutral::ToolSpec;
+use capsule_protocol::{Code, Diagnostic};
+use capsule_runtime::{ArtifactRole, Grants, Host, LoadedArtifact, OutgoingPolicy, gateway_address};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::credentials::DriverCredential;
+use crate::error::LaunchError;
+
+/// What a session is launched with.
+#[derive(Clone)]
+pub struct LaunchOptions {
+    /// `murmur.yaml`, or the folder holding it.
+    pub manifest: PathBuf,
+    /// The workdir: session folders and the tools' scope live under it.
+    pub workdir: PathBuf,
+    /// The sandbox host (one per process).
+    pub host: Host,
+    /// The environment snapshot (read once at launch).
+    pub env: HashMap<String, String>,
+    /// Sends the primary driver's traffic to another endpoint (`capsule run --endpoint`,
+    /// `capsule demo`); with `keyless` the credential is dropped, else the manifest's is kept.
+    pub endpoint_override: Option<EndpointOverride>,
+}
+
+/// A replacement endpoint for the primary driver.
+#[derive(Debug, Clone)]
+pub struct EndpointOverride {
+    /// The endpoint.
+    pub endpoint: String,
+    /// Drop the credential.
+    pub keyless: bool,
+}
+
+/// One artifact ready to run.
+pub struct ReadyArtifact {
+    /// Its declaration.
+    pub decl: Artifact,
+    /// Its folder manifest, when the source was a folder.
+    pub own: Option<ArtifactManifest>,
+    /// The loaded component.
+    pub loaded: LoadedArtifact,
+    /// Its grants.
+    pub grants: Grants,
+}
+
+/// A manifest with everything it names loaded.
+pub struct Prepared {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Load-time warnings.
+    pub warnings: Vec<Diagnostic>,
+    /// Artifacts by declaration order.
+    pub artifacts: Vec<ReadyArtifact>,
+    /// The system prompt.
+    pub system: String,
+    /// Resolved driver credentials.
+    pub credentials: HashMap<String, DriverCredential>,
+    /// The workdir, absolute.
+    pub workdir: PathBuf,
+}
+
+/// Find `murmur.yaml` for a path that is the file or its folder.
+pub fn manifest_path(p: &Path) -> PathBuf {
+    if p.is_dir() { p.join("murmur.yaml") } else { p.to_path_buf() }
+}
+
+fn narrow(capsule: &Capabilities, own: Option<&Capabilities>) -> Capabilities {
+    let Some(own) = own else { return capsule.clone() };
+    let mut c = capsule.clone();
+    c.network.allow.retain(|e| own.network.allow.contains(e));
+    c.env.allow.retain(|e| own.env.allow.contains(e));
+    if own.filesystem.scope != "." {
+        c.filesystem.scope = format!("{}/{}", capsule.filesystem.scope.trim_end_matches('/'), own.filesystem.scope);
+    }
+    c.limits = Limits {
+        memory_bytes: c.limits.memory_bytes.min(own.limits.memory_bytes),
+        deadline_seconds: c.limits.deadline_seconds.min(own.limits.deadline_seconds),
+        table_elements: c.limits.table_elements.min(own.limits.table_elements),
+        instances: c.limits.instances.min(own.limits.instances),
+    };
+    c
+}
+
+/// Read, validate and load. `session_id` and `workdir` go into each artifact's environment and
+/// grants.
+pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
+    let mut opts = opts.clone();
+    std::fs::create_dir_all(&opts.workdir).map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
+    opts.workdir = std::fs::canonicalize(&opts.workdir).map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
+    let opts = &opts;
+    let path = manifest_path(&opts.manifest);
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Diagnostic::new(Code::ManifestMissing, &origin, format!("cannot read the manifest: {e}"), "pass a capsule folder holding murmur.yaml, or the path of a murmur.yaml")
+    })?;
+    let (mut m, mut warnings) = manifest::parse(&text, &origin)?;
+    if let Some(o) = &opts.endpoint_override {
+        let api_key = if o.keyless { None } else { m.primary_gateway().and_then(|g| g.api_key) };
+        let g = manifest::Gateway { endpoint: o.endpoint.clone(), keyless: api_key.is_none(), api_key };
+        m.inference.endpoint = None;
+        m.inference.api_key = None;
+        let primary = m.inference.driver.artifact.clone();
+        if let Some(a) = m.artifacts.iter_mut().find(|a| a.name == primary) {
+            a.gateway = Some(g);
+        }
+    }
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+
+    let system = match (&m.inference.system_prompt, &m.inference.system_prompt_file) {
+        (Some(s), _) => s.clone(),
+        (None, Some(f)) => std::fs::read_to_string(dir.join(f)).map_err(|e| {
+            Diagnostic::new(Code::ManifestInvalid, "inference.system_prompt_file", format!("cannot read `{f}`: {e}"), "point system_prompt_file at a readable file relative to the manifest")
+        })?,
+        (None, None) => String::new(),
+    };
+
+    let mut credentials = HashMap::new();
+    for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {
+        let gateway = if a.name == m.inference.driver.artifact { m.primary_gateway() } else { a.gateway.clone() };
+        let Some(g) = gateway else { continue };
+        match DriverCredential::resolve(&g, None, &opts.env) {
+            Ok(c) => {
+                credentials.insert(a.name.clone(), c);
+            }
+            Err(var) if a.name == m.inference.driver.artifact => {
+                return Err(Diagnostic::new(
+                    Code::CredentialUnresolved,
+                    format!("artifacts[{}].gateway.api_key", a.name),
+                    format!("the primary driver's credential `${{{var}}}` resolves nowhere (not in the environment)"),
+                    format!("export {var}=<key> before launching, or mark the gateway `keyless: true`"),
+                )
+                .into());
+            }
+            Err(var) => warnings.push(Diagnostic::new(
+                Code::AlternateUnavailable,
+                format!("artifacts[{}].gateway.api_key", a.name),
+                format!("driver `{}` is staged unavailable: credential `${{{var}}}` resolves nowhere", a.name),
+                format!("export {var} to make it available"),
+            )),
+        }
+    }
+
+    let mut artifacts = Vec::new();
+    for decl in &m.artifacts {
+        let source = decl.source.as_deref().unwrap_or_default();
+        let src = dir.join(source);
+        let (module, own) = if src.is_dir() {
+            let own_path = src.join("murmur.yaml");
+            let own_text = std::fs::read_to_string(&own_path).map_err(|e| {
+                Diagnostic::new(Code::ArtifactSourceMissing, own_path.display().to_string(), format!("artifact `{}` is a folder without a readable murmur.yaml: {e}", decl.name), "add the artifact's murmur.yaml naming its module, or point source at the .wasm file")
+            })?;
+            let own = manifest::parse_artifact_manifest(&own_text, &own_path.display().to_string())?;
+            if own.runtime != decl.runtime {
+                return Err(Diagnostic::new(Code::ArtifactManifest, own_path.display().to_string(), format!("artifact `{}` is declared `{:?}` but its own manifest says `{:?}`", decl.name, decl.runtime, own.runtime), "make the two runtimes agree").into());
+            }
+            (src.join(&own.module), Some(own))
+        } else {
+            (src, None)
+        };
+        if !module.exists() {
+            return Err(Diagnostic::new(Code::ArtifactSourceMissing, module.display().to_string(), format!("artifact `{}`: source does not exist", decl.name), "fix `source:` (relative paths resolve against the manifest's folder) or build the component").into());
+        }
+        let loaded = LoadedArtifact::load_file(&opts.host, &decl.name, &module)?;
+        let caps = narrow(&narrow(&m.capabilities, decl.capabilities.as_ref()), own.as_ref().and_then(|o| o.capabilities.as_ref()));
+        let grants = grants_for(&m, decl, &caps, opts, session_id)?;
+        artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
+    }
+    Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone() })
+}
+
+fn grants_for(m: &Manifest, decl: &Artifact, caps: &Capabilities, opts: &LaunchOptions, session_id: &str) -> Result<Grants, LaunchError> {
+    let mut env = vec![
+        ("MURMUR_CAPSULE_NAME".to_string(), m.name.clone()),
+        ("MURMUR_CAPSULE_VERSION".to_string(), m.version.clone()),
+        ("MURMUR_SESSION_ID".to_string(), session_id.to_string()),
+    ];
+    if let Some(c) = &decl.config {
+        env.push(("MURMUR_ARTIFACT_CONFIG".into(), c.to_string()));
+    }
+    for name in &caps.env.allow {
+        if manifest::is_credential_shaped(name) {
+            continue;
+        }
+        if let Some(v) = opts.env.get(name) {
+            env.push((name.clone(), v.clone()));
+        }
+    }
+    let role = match decl.runtime {
+        ArtifactRuntime::Driver => {
+            let has_gateway = decl.gateway.is_some() || (decl.name == m.inference.driver.artifact && m.inference.endpoint.is_some());
+            if has_gateway {
+                env.push(("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()));
+            }
+            let model = if decl.name == m.inference.driver.artifact { m.inference.model.clone() } else { m.inference.alternates.iter().find(|a| a.driver.artifact() == decl.name).map(|a| a.model.clone()).unwrap_or_default() };
+            env.push(("MURMUR_INFERENCE_MODEL".into(), model));
+            let full = match &decl.version { Some(v) => format!("{}@{v}", decl.name), None => decl.name.clone() };
+            env.push(("MURMUR_INFERENCE_DRIVER".into(), full));
+            env.push(("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()));
+            if let Some(c) = &m.inference.driver.config {
+                env.push(("MURMUR_INFERENCE_DRIVER_CONFIG".into(), c.to_string()));
+            }
+            ArtifactRole::Driver
+        }
+        ArtifactRuntime::Tool => ArtifactRole::Tool,
+    };
+    let preopen = match role {
+        ArtifactRole::Tool => {
+            let scope = caps.filesystem.scope.trim_start_matches("./").trim_end_matches('/');
+            let dir = if scope == "." || scope.is_empty() { opts.workdir.clone() } else { opts.workdir.join(scope) };
+            std::fs::create_dir_all(&dir).map_err(|source| LaunchError::Io { path: dir.clone(), source })?;
+            Some(dir)
+        }
+        ArtifactRole::Driver => None,
+    };
+    let allow = caps.network.allow.iter().filter_map(|e| manifest::AllowRule::parse(e).ok()).collect();
+    Ok(Grants { role, env, preopen, limits: caps.limits, policy: OutgoingPolicy { allow, gateway: None } })
+}
+
+/// The tools offered to the model: every `runtime: tool` artifact, with the description and
+/// parameters from its folder manifest (`{}` when it has none).
+pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
+    p.artifacts
+        .iter()
+        .filter(|a| a.decl.runtime == ArtifactRuntime::Tool)
+        .map(|a| ToolSpec {
+            name: a.decl.name.clone(),
+            description: a.own.as_ref().and_then(|o| o.description.clone()),
+            parameters: a.own.as_ref().and_then(|o| o.parameters.clone()).unwrap_or_else(|| serde_json::json!({})),
+        })
+        .collect()
+}

@@ -1,0 +1,189 @@
+//! [`Session`]: the handle to one running capsule session, for the CLI, a door or a test.
+//!
+//! `launch` prepares everything (refusing bad input with a coded error), creates
+//! `<workdir>/<session id>/` with `out/`, `trace.jsonl` and `conversation.jsonl`, starts the
+//! supervision tree and writes `session_start`. `submit` runs a task to its end; `subscribe`
+//! streams frames; `shutdown` writes `session_end` and stops the tree.
+
+use capsule_protocol::frame::NumberedFrame;
+use capsule_protocol::manifest::ArtifactRuntime;
+use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
+use ractor::{Actor, ActorRef};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+use crate::agent_loop::{LoopConfig, LoopMsg};
+use crate::emitter::EmitterMsg;
+use crate::error::LaunchError;
+use crate::gateway::{GatewayArgs, GatewayMsg};
+use crate::journal::{JournalArgs, JournalMsg};
+use crate::launch::{LaunchOptions, prepare, tool_specs};
+use crate::names::{self, lookup, role};
+use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, SupervisorMsg};
+use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
+use capsule_protocol::manifest::DEFAULT_MAX_TOKENS;
+
+/// How a task ended, as its submitter sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// Task id.
+    pub task_id: String,
+    /// Context id.
+    pub context_id: String,
+    /// Exit status.
+    pub exit_status: ExitStatus,
+    /// The reply (ok) or the error message.
+    pub message: String,
+    /// Where `result.txt` was written.
+    pub result_path: PathBuf,
+}
+
+impl TaskOutcome {
+    pub(crate) fn rejected(message: &str) -> Self {
+        TaskOutcome { task_id: String::new(), context_id: String::new(), exit_status: ExitStatus::Failed, message: message.into(), result_path: PathBuf::new() }
+    }
+}
+
+/// Why a session call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The agent loop is not running (crashed and not yet back, or stopped).
+    #[error("E-RUN-050: the agent loop is not running")]
+    LoopDown,
+}
+
+/// A running session.
+pub struct Session {
+    /// `ses_<uuidv7 hex>`.
+    pub session_id: String,
+    /// The session folder.
+    pub dir: PathBuf,
+    /// The workdir.
+    pub workdir: PathBuf,
+    /// Launch warnings (already in the trace).
+    pub warnings: Vec<capsule_protocol::Diagnostic>,
+    supervisor: ActorRef<SupervisorMsg>,
+}
+
+impl Session {
+    /// Prepare and start a session.
+    pub async fn launch(opts: LaunchOptions) -> Result<Session, LaunchError> {
+        let session_id = format!("ses_{}", uuid::Uuid::now_v7().simple());
+        let prepared = prepare(&opts, &session_id)?;
+        let dir = prepared.workdir.join(&session_id);
+        let out_dir = dir.join("out");
+        std::fs::create_dir_all(&out_dir).map_err(|source| LaunchError::Io { path: out_dir.clone(), source })?;
+        let m = &prepared.manifest;
+        let driver = m.inference.driver.artifact.clone();
+        let deadline = prepared.artifacts.iter().find(|a| a.decl.name == driver).map(|a| a.grants.limits.deadline_seconds).unwrap_or(600);
+        let loop_config = LoopConfig {
+            session_id: session_id.clone(),
+            capsule_name: m.name.clone(),
+            capsule_version: m.version.clone(),
+            model: m.inference.model.clone(),
+            driver: driver.clone(),
+            max_turns: m.inference.max_turns,
+            max_tokens: m.inference.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            system: prepared.system.clone(),
+            tools: tool_specs(&prepared),
+            out_dir,
+            call_timeout: Duration::from_secs(deadline + 30),
+        };
+        let mut children = vec![
+            ChildSpec::Journal(JournalArgs { trace_path: dir.join("trace.jsonl"), conversation_path: dir.join("conversation.jsonl") }),
+            ChildSpec::Emitter(Arc::new(AtomicU64::new(1))),
+            ChildSpec::Coalescer,
+            ChildSpec::Credentials(prepared.credentials.clone()),
+            ChildSpec::Spend,
+        ];
+        let mut tools = HashMap::new();
+        for a in &prepared.artifacts {
+            match a.decl.runtime {
+                ArtifactRuntime::Driver => children.push(ChildSpec::Gateway(Box::new(GatewayArgs {
+                    session_id: session_id.clone(),
+                    host: opts.host.clone(),
+                    artifact: a.loaded.clone(),
+                    grants: a.grants.clone(),
+                }))),
+                ArtifactRuntime::Tool => {
+                    tools.insert(a.decl.name.clone(), ToolEntry { artifact: a.loaded.clone(), grants: a.grants.clone() });
+                }
+            }
+        }
+        children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
+        children.push(ChildSpec::Loop(Box::new(loop_config)));
+        let (supervisor, _) = Actor::spawn(Some(names::name(&session_id, role::SUPERVISOR)), CapsuleSupervisor, SupervisorArgs { session_id: session_id.clone(), children })
+            .await
+            .map_err(|source| LaunchError::Spawn { role: role::SUPERVISOR.into(), source })?;
+        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: prepared.warnings.clone(), supervisor };
+        let artifacts: Vec<_> = prepared
+            .artifacts
+            .iter()
+            .map(|a| json!({"name": a.decl.name, "runtime": a.decl.runtime, "cache": format!("{:?}", a.loaded.cache_hit).to_lowercase(), "load_ms": a.loaded.load_time.as_secs_f64() * 1000.0}))
+            .collect();
+        let credential_sources: HashMap<_, _> = prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source)).collect();
+        session.trace(TraceKind::SessionStart, json!({
+            "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
+            "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
+        }));
+        for w in &prepared.warnings {
+            session.trace(TraceKind::Warning, json!({"code": w.code.as_str(), "at": w.at, "rule": w.rule, "fix": w.fix}));
+        }
+        Ok(session)
+    }
+
+    fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
+        if let Some(j) = lookup::<JournalMsg>(&names::name(&self.session_id, role::JOURNAL)) {
+            let _ = j.cast(JournalMsg::Trace(TraceEvent::new(kind, &self.session_id, crate::now_ms(), fields)));
+        }
+    }
+
+    /// Submit a task and wait for it to end.
+    pub async fn submit(&self, text: &str) -> Result<TaskOutcome, SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        match l.call(|reply| LoopMsg::Submit { text: text.to_string(), context_id: None, reply }, None).await {
+            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
+            _ => Err(SessionError::LoopDown),
+        }
+    }
+
+    /// Subscribe to frames (after a `Last-Event-ID` when given).
+    pub async fn subscribe(&self, after: Option<u64>) -> Option<mpsc::Receiver<NumberedFrame>> {
+        let e = lookup::<EmitterMsg>(&names::name(&self.session_id, role::EMITTER))?;
+        match e.call(|reply| EmitterMsg::Subscribe { after, reply }, Some(Duration::from_secs(5))).await {
+            Ok(ractor::rpc::CallResult::Success(rx)) => Some(rx),
+            _ => None,
+        }
+    }
+
+    /// Restart counts by child role.
+    pub async fn restarts(&self) -> HashMap<String, u32> {
+        match self.supervisor.call(SupervisorMsg::Restarts, Some(Duration::from_secs(5))).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => HashMap::new(),
+        }
+    }
+
+    /// Test hook: make the gateway of `artifact` panic.
+    pub fn inject_gateway_panic(&self, artifact: &str) -> bool {
+        lookup::<GatewayMsg>(&names::gateway(&self.session_id, artifact)).is_some_and(|g| g.cast(GatewayMsg::InjectPanic).is_ok())
+    }
+
+    /// Test hook: make the tools actor panic.
+    pub fn inject_tools_panic(&self) -> bool {
+        lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS)).is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())
+    }
+
+    /// Write `session_end`, flush, and stop the tree.
+    pub async fn shutdown(self) {
+        if let Some(l) = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)) {
+            let _ = l.call(LoopMsg::EndSession, Some(Duration::from_secs(30))).await;
+        }
+        let _ = self.supervisor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
+    }
+}

@@ -1,0 +1,163 @@
+//! The capsule supervisor: spawns a session's children, restarts the one that fails with the
+//! arguments it was started with, and stops the capsule when failures come faster than
+//! [`MAX_RESTARTS`] in [`RESTART_PERIOD`] (so a crash loop is reported, not repeated forever).
+//!
+//! Restart policy in this version: every child is permanent (restarted on failure); a child
+//! that stops normally is not restarted. What a restart restores: the gateway and tools come
+//! back from their arguments (they hold no state between calls); the emitter continues the
+//! frame-id sequence; the loop comes back empty (a task in flight ends failed for its client).
+
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use crate::agent_loop::{AgentLoop, LoopConfig};
+use crate::coalescer::Coalescer;
+use crate::credentials::{Credentials, DriverCredential};
+use crate::emitter::Emitter;
+use crate::gateway::{Gateway, GatewayArgs};
+use crate::journal::{Journal, JournalArgs, JournalMsg};
+use crate::names::{self, role};
+use crate::spend::SpendMeter;
+use crate::tools::{Tools, ToolsArgs};
+use capsule_protocol::trace::{TraceEvent, TraceKind};
+
+/// Restarts allowed within [`RESTART_PERIOD`] before the capsule is stopped.
+pub const MAX_RESTARTS: usize = 5;
+/// The window for [`MAX_RESTARTS`].
+pub const RESTART_PERIOD: Duration = Duration::from_secs(10);
+
+/// Messages.
+pub enum SupervisorMsg {
+    /// Restart counts by child role.
+    Restarts(RpcReplyPort<HashMap<String, u32>>),
+}
+
+/// What a child is started (and restarted) with.
+#[derive(Clone)]
+pub enum ChildSpec {
+    /// The journal.
+    Journal(JournalArgs),
+    /// The emitter with its shared id counter.
+    Emitter(Arc<AtomicU64>),
+    /// The coalescer.
+    Coalescer,
+    /// The credentials table.
+    Credentials(HashMap<String, DriverCredential>),
+    /// The spend meter.
+    Spend,
+    /// A gateway.
+    Gateway(Box<GatewayArgs>),
+    /// The tools actor.
+    Tools(Box<ToolsArgs>),
+    /// The agent loop.
+    Loop(Box<LoopConfig>),
+}
+
+/// Arguments: the session id and the children in start order.
+pub struct SupervisorArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Children, started in this order.
+    pub children: Vec<ChildSpec>,
+}
+
+/// State.
+pub struct SupervisorState {
+    session_id: String,
+    children: HashMap<ActorId, (String, ChildSpec)>,
+    restarts: HashMap<String, u32>,
+    recent: VecDeque<Instant>,
+}
+
+/// The actor.
+pub struct CapsuleSupervisor;
+
+fn role_of(session_id: &str, spec: &ChildSpec) -> (String, String) {
+    let role = match spec {
+        ChildSpec::Journal(_) => role::JOURNAL.to_string(),
+        ChildSpec::Emitter(_) => role::EMITTER.to_string(),
+        ChildSpec::Coalescer => role::COALESCER.to_string(),
+        ChildSpec::Credentials(_) => role::CREDENTIALS.to_string(),
+        ChildSpec::Spend => role::SPEND.to_string(),
+        ChildSpec::Gateway(a) => format!("gateway/{}", a.artifact.name()),
+        ChildSpec::Tools(_) => role::TOOLS.to_string(),
+        ChildSpec::Loop(_) => role::LOOP.to_string(),
+    };
+    let name = names::name(session_id, &role);
+    (role, name)
+}
+
+async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Result<ActorCell, ractor::SpawnErr> {
+    let (_, name) = role_of(session_id, spec);
+    let name = Some(name);
+    Ok(match spec.clone() {
+        ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, a, sup).await?.0.get_cell(),
+        ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
+        ChildSpec::Coalescer => Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell(),
+        ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, a, sup).await?.0.get_cell(),
+        ChildSpec::Spend => Actor::spawn_linked(name, SpendMeter, (), sup).await?.0.get_cell(),
+        ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
+        ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),
+        ChildSpec::Loop(a) => Actor::spawn_linked(name, AgentLoop, *a, sup).await?.0.get_cell(),
+    })
+}
+
+impl Actor for CapsuleSupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, args: SupervisorArgs) -> Result<SupervisorState, ActorProcessingErr> {
+        let mut children = HashMap::new();
+        for spec in args.children {
+            let cell = spawn_child(&args.session_id, &spec, myself.get_cell()).await?;
+            let (role, _) = role_of(&args.session_id, &spec);
+            children.insert(cell.get_id(), (role, spec));
+        }
+        Ok(SupervisorState { session_id: args.session_id, children, restarts: HashMap::new(), recent: VecDeque::new() })
+    }
+
+    async fn handle(&self, _myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Restarts(reply) => {
+                let _ = reply.send(state.restarts.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, myself: ActorRef<SupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match evt {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let Some((role, spec)) = state.children.remove(&cell.get_id()) else { return Ok(()) };
+                let now = Instant::now();
+                state.recent.push_back(now);
+                while state.recent.front().is_some_and(|t| now.duration_since(*t) > RESTART_PERIOD) {
+                    state.recent.pop_front();
+                }
+                if state.recent.len() > MAX_RESTARTS {
+                    tracing::error!(session = %state.session_id, %role, "crash loop: more than {MAX_RESTARTS} restarts in {RESTART_PERIOD:?}; stopping the capsule");
+                    myself.stop(Some(format!("E-RUN-050: crash loop in {role}")));
+                    return Ok(());
+                }
+                tracing::warn!(session = %state.session_id, %role, error = %err, "child failed; restarting");
+                let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
+                *state.restarts.entry(role.clone()).or_default() += 1;
+                if let Some(j) = names::lookup::<JournalMsg>(&names::name(&state.session_id, role::JOURNAL)) {
+                    let ev = TraceEvent::new(TraceKind::ActorRestarted, &state.session_id, crate::now_ms(), json!({"actor": role, "error": err.to_string()}));
+                    let _ = j.cast(JournalMsg::Trace(ev));
+                }
+                state.children.insert(new.get_id(), (role, spec));
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                state.children.remove(&cell.get_id());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

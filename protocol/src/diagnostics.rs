@@ -1,0 +1,182 @@
+//! Diagnostics: every error or warning a user can see carries a stable code (`E-…`/`W-…`),
+//! the field or thing it is about, the rule that was broken and what to do about it.
+//!
+//! Codes are grouped by where they arise: `E-MAN` the manifest, `E-CAP` an artifact or its
+//! capabilities, `E-RUN` running a session, `W-…` warnings that do not stop anything.
+
+use std::fmt;
+
+/// A stable diagnostic code. The string form is what users search for, so it never changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// No manifest at the given path.
+    ManifestMissing,
+    /// The manifest is not valid YAML.
+    ManifestSyntax,
+    /// The manifest has a key this runtime does not know.
+    ManifestUnknownKey,
+    /// A key has the wrong type, or a required key is absent.
+    ManifestShape,
+    /// A value breaks a rule of CONTRACT §1 (name charset, ranges, exclusivity...).
+    ManifestInvalid,
+    /// An artifact is referenced but not declared, or declared twice.
+    ManifestArtifactRef,
+    /// A gateway, endpoint or credential reference is malformed.
+    ManifestGateway,
+    /// A capability grant is malformed (`network.allow`, `filesystem.scope`, `env.allow`, limits).
+    ManifestCapability,
+    /// An artifact's `source` does not exist.
+    ArtifactSourceMissing,
+    /// An artifact file is not a WebAssembly component.
+    ArtifactNotComponent,
+    /// A component does not export `murmur:tool/run@0.1.0`.
+    ArtifactMissingExport,
+    /// A component imports an interface the host does not provide.
+    ArtifactUnknownImport,
+    /// A component failed to compile or instantiate.
+    ArtifactCompile,
+    /// An artifact folder's own `murmur.yaml` is invalid.
+    ArtifactManifest,
+    /// The primary driver's credential resolves nowhere (CONTRACT §5).
+    CredentialUnresolved,
+    /// A guest call ran past `capabilities.limits.deadline_seconds`.
+    DeadlineExceeded,
+    /// A guest tried to grow memory past `capabilities.limits.memory_bytes` (or tables past theirs).
+    MemoryLimit,
+    /// A guest trapped (panic, unreachable, out of bounds...).
+    GuestTrap,
+    /// A driver reported a failed inference (provider error, malformed stream...).
+    InferenceFailed,
+    /// A driver answered with data that is not the neutral response format.
+    DriverProtocol,
+    /// An actor of the session crashed while serving a request; it was restarted.
+    ActorCrashed,
+    /// The session's files could not be written.
+    SessionIo,
+    /// The task ran out of turns.
+    MaxTurns,
+    /// An alternate driver choice is staged unavailable: its credential resolves nowhere.
+    AlternateUnavailable,
+    /// The model is not in the built-in table; defaults are used.
+    UnknownModel,
+    /// An `env.allow` entry is credential-shaped and will never be passed.
+    CredentialEnvDropped,
+}
+
+impl Code {
+    /// The stable string form, e.g. `E-MAN-003`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::ManifestMissing => "E-MAN-001",
+            Code::ManifestSyntax => "E-MAN-002",
+            Code::ManifestUnknownKey => "E-MAN-003",
+            Code::ManifestShape => "E-MAN-004",
+            Code::ManifestInvalid => "E-MAN-005",
+            Code::ManifestArtifactRef => "E-MAN-006",
+            Code::ManifestGateway => "E-MAN-007",
+            Code::ManifestCapability => "E-MAN-008",
+            Code::ArtifactSourceMissing => "E-CAP-001",
+            Code::ArtifactNotComponent => "E-CAP-002",
+            Code::ArtifactMissingExport => "E-CAP-003",
+            Code::ArtifactUnknownImport => "E-CAP-004",
+            Code::ArtifactCompile => "E-CAP-005",
+            Code::ArtifactManifest => "E-CAP-006",
+            Code::CredentialUnresolved => "E-RUN-025",
+            Code::DeadlineExceeded => "E-RUN-030",
+            Code::MemoryLimit => "E-RUN-031",
+            Code::GuestTrap => "E-RUN-032",
+            Code::InferenceFailed => "E-RUN-040",
+            Code::DriverProtocol => "E-RUN-041",
+            Code::ActorCrashed => "E-RUN-050",
+            Code::SessionIo => "E-RUN-060",
+            Code::MaxTurns => "E-RUN-070",
+            Code::AlternateUnavailable => "W-RUN-003",
+            Code::UnknownModel => "W-RUN-009",
+            Code::CredentialEnvDropped => "W-CAP-001",
+        }
+    }
+
+    /// Whether this code is a warning (`W-…`) rather than an error.
+    pub fn is_warning(self) -> bool {
+        self.as_str().starts_with('W')
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a diagnostic stops the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Stops the load or the call.
+    Error,
+    /// Reported, nothing stops.
+    Warning,
+}
+
+/// One finding: code, where, what rule, what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Stable code.
+    pub code: Code,
+    /// The field path (`inference.driver.artifact`) or thing (a file path) it is about.
+    pub at: String,
+    /// The rule that was broken, as one sentence.
+    pub rule: String,
+    /// What the user should do.
+    pub fix: String,
+}
+
+impl Diagnostic {
+    /// Build a diagnostic.
+    pub fn new(code: Code, at: impl Into<String>, rule: impl Into<String>, fix: impl Into<String>) -> Self {
+        Diagnostic { code, at: at.into(), rule: rule.into(), fix: fix.into() }
+    }
+
+    /// Error or warning, from the code.
+    pub fn severity(&self) -> Severity {
+        if self.code.is_warning() { Severity::Warning } else { Severity::Error }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {}: {} (fix: {})", self.code, self.at, self.rule, self.fix)
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+/// A list of diagnostics that together refuse a load.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// Whether any entry is an error.
+    pub fn has_errors(&self) -> bool {
+        self.0.iter().any(|d| d.severity() == Severity::Error)
+    }
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
+
+impl From<Diagnostic> for Diagnostics {
+    fn from(d: Diagnostic) -> Self {
+        Diagnostics(vec![d])
+    }
+}

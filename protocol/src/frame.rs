@@ -1,0 +1,236 @@
+//! Frames of the event stream (CONTRACT §10): what a client sees over SSE, and what
+//! `capsule run --json` prints one per line.
+//!
+//! A [`Frame`] is the event name plus its JSON data; the stream emitter gives it its id.
+//! Keys are exactly the contract's, including `null` for values that do not apply.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Task states of a `status` frame.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    /// Running (`inference turn N`).
+    Working,
+    /// Waiting for a person.
+    InputRequired,
+    /// Done; carries the response.
+    Completed,
+    /// Ended in failure.
+    Failed,
+    /// Canceled by a client.
+    Canceled,
+    /// Not accepted (busy).
+    Rejected,
+}
+
+impl TaskState {
+    /// Whether this state ends the task.
+    pub fn is_final(self) -> bool {
+        !matches!(self, TaskState::Working | TaskState::InputRequired)
+    }
+}
+
+/// The `status` of a `status` frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StatusBody {
+    /// State.
+    pub state: TaskState,
+    /// Human message.
+    pub message: String,
+    /// The reply, for `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+}
+
+/// The `artifact` of an `artifact` frame: one finished tool call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ArtifactBody {
+    /// Tool name.
+    pub tool_name: Option<String>,
+    /// Result text.
+    pub content: Option<String>,
+    /// Fence language hint, when any.
+    pub fence_source: Option<String>,
+    /// The call id.
+    pub tool_call_id: Option<String>,
+    /// Whether the result is an error.
+    pub is_error: Option<bool>,
+    /// Wall time of the call.
+    pub duration_ms: Option<u64>,
+    /// Exit code, for tools that have one.
+    pub exit_code: Option<i64>,
+    /// Whether the content was truncated.
+    pub truncated: Option<bool>,
+}
+
+/// One frame, before it gets its id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "event", content = "data", rename_all = "kebab-case")]
+pub enum Frame {
+    /// Task status.
+    Status {
+        /// Task id.
+        id: String,
+        /// Context id.
+        context_id: String,
+        /// The status.
+        status: StatusBody,
+        /// Whether this is the task's final status.
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    /// A reply chunk; `final: true` with `""` ends a streamed turn.
+    Text {
+        /// Task id.
+        id: String,
+        /// Chunk.
+        text: String,
+        /// End of the turn's text.
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    /// A reasoning chunk.
+    Thinking {
+        /// Task id.
+        id: String,
+        /// Chunk.
+        text: String,
+        /// Always false.
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    /// A driver started writing a tool call.
+    ToolCallStarted {
+        /// Task id.
+        id: String,
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        tool_name: String,
+    },
+    /// Cumulative input bytes of a call being written.
+    ToolCallProgress {
+        /// Task id.
+        id: String,
+        /// Call id.
+        tool_call_id: String,
+        /// Bytes so far.
+        input_bytes: u64,
+    },
+    /// A finished tool call.
+    Artifact {
+        /// Task id.
+        id: String,
+        /// The result.
+        artifact: ArtifactBody,
+    },
+    /// Replay asked for frames already evicted.
+    Gap {
+        /// Oldest id still held.
+        first_available_id: u64,
+    },
+    /// This connection fell behind and lost frames.
+    Lagged {
+        /// How many.
+        missed: u64,
+    },
+    /// First frame of `stream/watch`.
+    ConnectionAck {
+        /// Always `observer`.
+        role: String,
+        /// Conversation mode.
+        conversation_mode: String,
+    },
+    /// The stream ends with the capsule still up.
+    CapsuleClosed {},
+    /// A request that cannot become a task.
+    Error {
+        /// What was wrong.
+        error: String,
+    },
+}
+
+impl Frame {
+    /// The SSE event name.
+    pub fn event_name(&self) -> &'static str {
+        match self {
+            Frame::Status { .. } => "status",
+            Frame::Text { .. } => "text",
+            Frame::Thinking { .. } => "thinking",
+            Frame::ToolCallStarted { .. } => "tool-call-started",
+            Frame::ToolCallProgress { .. } => "tool-call-progress",
+            Frame::Artifact { .. } => "artifact",
+            Frame::Gap { .. } => "gap",
+            Frame::Lagged { .. } => "lagged",
+            Frame::ConnectionAck { .. } => "connection-ack",
+            Frame::CapsuleClosed {} => "capsule-closed",
+            Frame::Error { .. } => "error",
+        }
+    }
+
+    /// The frame's data object.
+    pub fn data(&self) -> Value {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut m)) => m.remove("data").unwrap_or(Value::Object(Default::default())),
+            _ => Value::Null,
+        }
+    }
+
+    /// Whether this frame gets a session-wide id and a place in the replay ring
+    /// (`gap`, `lagged` and `connection-ack` are per connection).
+    pub fn is_id_bearing(&self) -> bool {
+        !matches!(self, Frame::Gap { .. } | Frame::Lagged { .. } | Frame::ConnectionAck { .. })
+    }
+}
+
+/// A frame with its session-wide id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NumberedFrame {
+    /// Strictly increasing from 1; `None` for per-connection frames.
+    pub id: Option<u64>,
+    /// The frame.
+    pub frame: Frame,
+}
+
+impl NumberedFrame {
+    /// The SSE wire form: `id:`, `event:`, one-line `data:`, blank line.
+    pub fn to_sse(&self) -> String {
+        let mut s = String::new();
+        if let Some(id) = self.id {
+            s.push_str(&format!("id: {id}\n"));
+        }
+        s.push_str(&format!("event: {}\ndata: {}\n\n", self.frame.event_name(), self.frame.data()));
+        s
+    }
+
+    /// The `--json` line form: `{"id":…, "event":…, "data":…}`.
+    pub fn to_json_line(&self) -> Value {
+        serde_json::json!({"id": self.id, "event": self.frame.event_name(), "data": self.frame.data()})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifact_frames_carry_every_key_even_when_null() {
+        let f = Frame::Artifact {
+            id: "tsk_1".into(),
+            artifact: ArtifactBody { tool_name: Some("files".into()), content: None, fence_source: None, tool_call_id: None, is_error: Some(false), duration_ms: None, exit_code: None, truncated: None },
+        };
+        let d = f.data();
+        for k in ["tool_name", "content", "fence_source", "tool_call_id", "is_error", "duration_ms", "exit_code", "truncated"] {
+            assert!(d["artifact"].as_object().expect("object").contains_key(k), "missing {k}");
+        }
+    }
+
+    #[test]
+    fn sse_form_has_id_event_and_one_line_data() {
+        let f = NumberedFrame { id: Some(7), frame: Frame::Text { id: "t".into(), text: "a\nb".into(), is_final: false } };
+        let s = f.to_sse();
+        assert_eq!(s, "id: 7\nevent: text\ndata: {\"final\":false,\"id\":\"t\",\"text\":\"a\\nb\"}\n\n");
+    }
+}

@@ -1,0 +1,387 @@
+//! Manifest types. Every struct refuses unknown keys; every default is a real limit.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The default memory limit per component call: 512 MiB.
+pub const DEFAULT_MEMORY_BYTES: u64 = 512 * 1024 * 1024;
+/// The default deadline per component call: 600 s.
+pub const DEFAULT_DEADLINE_SECONDS: u64 = 600;
+/// The default table-element limit per component call.
+pub const DEFAULT_TABLE_ELEMENTS: u32 = 100_000;
+/// The default instance limit per component call.
+pub const DEFAULT_INSTANCES: u32 = 1000;
+/// The default number of inference calls per task.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+/// The default output cap per call when the model is not known.
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// The whole `murmur.yaml`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Capsule name: `[a-z0-9-]`, 1..100 chars.
+    pub name: String,
+    /// Capsule version (free text; `0.0.0` when absent).
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// The artifacts (drivers and tools) this capsule uses.
+    #[serde(default)]
+    pub artifacts: Vec<Artifact>,
+    /// Capsule-wide capability grants; an artifact's own block may only narrow them.
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// The inference block.
+    pub inference: Inference,
+    /// Context window settings.
+    #[serde(default)]
+    pub context: Context,
+    /// The control surface (CONTRACT §7); absent means no surface.
+    #[serde(default)]
+    pub control: Control,
+    /// Task acceptance and what happens after a task.
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
+}
+
+fn default_version() -> String {
+    "0.0.0".to_string()
+}
+
+/// What kind of artifact.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ArtifactRuntime {
+    /// An inference driver.
+    Driver,
+    /// A tool the model can call.
+    Tool,
+}
+
+/// One entry of `artifacts[]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// Name, unique in the capsule; tools are offered to the model under this name.
+    pub name: String,
+    /// Version, informational.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Driver or tool.
+    pub runtime: ArtifactRuntime,
+    /// A `.wasm` file, or a folder with the artifact's own `murmur.yaml`; relative to the
+    /// manifest's folder.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// JSON handed to this artifact only, as `MURMUR_ARTIFACT_CONFIG`.
+    #[serde(default)]
+    pub config: Option<Value>,
+    /// How this artifact reaches its upstream.
+    #[serde(default)]
+    pub gateway: Option<Gateway>,
+    /// This artifact's own grants: they narrow the capsule's, never widen.
+    #[serde(default)]
+    pub capabilities: Option<Capabilities>,
+}
+
+/// `artifacts[].gateway`: the upstream and its credential.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Gateway {
+    /// `https://…`, or `http://` to a loopback host only.
+    pub endpoint: String,
+    /// `${NAME}` or a literal.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// No credential at all.
+    #[serde(default)]
+    pub keyless: bool,
+}
+
+/// Capability grants (CONTRACT §4).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// Outbound HTTP allowlist.
+    #[serde(default)]
+    pub network: Network,
+    /// The preopened folder for tools.
+    #[serde(default)]
+    pub filesystem: Filesystem,
+    /// Host environment variables a guest may see.
+    #[serde(default)]
+    pub env: EnvGrant,
+    /// Per-call limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `capabilities.network`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// `https://host[:port]`, `host` or `host:port`. Empty means nothing.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// `capabilities.filesystem`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Filesystem {
+    /// Folder relative to the workdir, preopened as `.` for tools.
+    #[serde(default = "default_scope")]
+    pub scope: String,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Filesystem { scope: default_scope() }
+    }
+}
+
+fn default_scope() -> String {
+    ".".to_string()
+}
+
+/// `capabilities.env`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EnvGrant {
+    /// Names of host variables passed through (credential-shaped names never are).
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// `capabilities.limits`: per component call.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Linear memory a call may grow to, in bytes.
+    #[serde(default = "d_mem")]
+    pub memory_bytes: u64,
+    /// Wall time a call may take.
+    #[serde(default = "d_deadline")]
+    pub deadline_seconds: u64,
+    /// Table elements a call may grow to.
+    #[serde(default = "d_tables")]
+    pub table_elements: u32,
+    /// Instances a call may create.
+    #[serde(default = "d_instances")]
+    pub instances: u32,
+}
+
+fn d_mem() -> u64 {
+    DEFAULT_MEMORY_BYTES
+}
+fn d_deadline() -> u64 {
+    DEFAULT_DEADLINE_SECONDS
+}
+fn d_tables() -> u32 {
+    DEFAULT_TABLE_ELEMENTS
+}
+fn d_instances() -> u32 {
+    DEFAULT_INSTANCES
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            deadline_seconds: DEFAULT_DEADLINE_SECONDS,
+            table_elements: DEFAULT_TABLE_ELEMENTS,
+            instances: DEFAULT_INSTANCES,
+        }
+    }
+}
+
+/// `inference`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Inference {
+    /// Only `http`.
+    #[serde(default = "default_transport")]
+    pub transport: String,
+    /// The primary choice's model.
+    pub model: String,
+    /// The primary driver.
+    pub driver: DriverRef,
+    /// Older spelling of the primary driver's gateway endpoint.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Older spelling of the primary driver's gateway credential.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// More driver choices (CONTRACT §6).
+    #[serde(default)]
+    pub alternates: Vec<Alternate>,
+    /// Inference calls a task may make.
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// Output cap per call; resolved per model when absent.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Spend ceiling for the session.
+    #[serde(default)]
+    pub max_session_tokens: Option<u64>,
+    /// System prompt text.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// System prompt file, relative to the manifest's folder.
+    #[serde(default)]
+    pub system_prompt_file: Option<String>,
+}
+
+fn default_transport() -> String {
+    "http".to_string()
+}
+fn default_max_turns() -> u32 {
+    DEFAULT_MAX_TURNS
+}
+
+/// `inference.driver` and `alternates[].driver`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DriverRef {
+    /// A declared `runtime: driver` artifact.
+    pub artifact: String,
+    /// JSON handed to every declared driver as `MURMUR_INFERENCE_DRIVER_CONFIG`.
+    #[serde(default)]
+    pub config: Option<Value>,
+}
+
+/// `inference.alternates[]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Alternate {
+    /// Choice name: unique, not `primary`.
+    pub name: String,
+    /// Model of this choice.
+    pub model: String,
+    /// Driver artifact name (a declared `runtime: driver`), or `{artifact}`.
+    pub driver: AlternateDriver,
+}
+
+/// An alternate's driver: a bare artifact name or a `{artifact, config?}` block.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum AlternateDriver {
+    /// `driver: name`.
+    Name(String),
+    /// `driver: {artifact: name}`.
+    Ref(DriverRef),
+}
+
+impl AlternateDriver {
+    /// The artifact name either way.
+    pub fn artifact(&self) -> &str {
+        match self {
+            AlternateDriver::Name(n) => n,
+            AlternateDriver::Ref(r) => &r.artifact,
+        }
+    }
+}
+
+/// `context`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Context {
+    /// Context window used for occupancy; per model when absent.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// `control`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// Settings an operator may change (`inference.driver`, `inference.max_tokens`).
+    #[serde(default)]
+    pub settings: Vec<String>,
+    /// Secret names an operator may inject.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Settings the agent itself may change.
+    #[serde(default)]
+    pub agent_settings: Vec<String>,
+}
+
+impl Control {
+    /// Whether the surface exists at all.
+    pub fn enabled(&self) -> bool {
+        !self.settings.is_empty() || !self.secrets.is_empty()
+    }
+}
+
+/// `lifecycle.task_acceptance`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskAcceptance {
+    /// Only the task given at launch.
+    None,
+    /// One task at a time; a busy capsule rejects.
+    #[default]
+    Single,
+    /// Tasks queue behind the running one.
+    Queue,
+}
+
+/// `lifecycle.after_task`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterTask {
+    /// End the session.
+    Exit,
+    /// Keep serving.
+    Sleep,
+}
+
+/// `lifecycle`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Lifecycle {
+    /// How tasks are accepted.
+    #[serde(default)]
+    pub task_acceptance: TaskAcceptance,
+    /// What happens after a task; `exit`, or `sleep` for `queue`, when absent.
+    #[serde(default)]
+    pub after_task: Option<AfterTask>,
+    /// Tasks waiting behind the running one.
+    #[serde(default = "default_queue_depth")]
+    pub queue_depth: u32,
+}
+
+fn default_queue_depth() -> u32 {
+    1
+}
+
+impl Lifecycle {
+    /// `after_task` with its default applied.
+    pub fn after_task(&self) -> AfterTask {
+        self.after_task.unwrap_or(match self.task_acceptance {
+            TaskAcceptance::Queue => AfterTask::Sleep,
+            _ => AfterTask::Exit,
+        })
+    }
+}
+
+impl Manifest {
+    /// The declared artifact of that name.
+    pub fn artifact(&self, name: &str) -> Option<&Artifact> {
+        self.artifacts.iter().find(|a| a.name == name)
+    }
+
+    /// The primary driver's effective gateway: its `gateway:` block, or the older
+    /// `inference.endpoint` + `inference.api_key` spelling.
+    pub fn primary_gateway(&self) -> Option<Gateway> {
+        let driver = self.artifact(&self.inference.driver.artifact)?;
+        if let Some(g) = &driver.gateway {
+            return Some(g.clone());
+        }
+        self.inference.endpoint.as_ref().map(|endpoint| Gateway {
+            endpoint: endpoint.clone(),
+            api_key: self.inference.api_key.clone(),
+            keyless: self.inference.api_key.is_none(),
+        })
+    }
+}

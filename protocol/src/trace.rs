@@ -1,0 +1,107 @@
+//! Trace events: one JSON object per line of `trace.jsonl` (CONTRACT §9).
+//!
+//! Every line has `event_type`, `session_id` and `timestamp` (ms since the UNIX epoch); the
+//! rest are the event's own fields. The kinds the contract requires are named in
+//! [`TraceKind`], so a misspelt event type cannot be written.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Event types written to the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceKind {
+    /// The session started (manifest, choices, credential sources).
+    SessionStart,
+    /// A task was accepted.
+    TaskStart,
+    /// One inference call ended (driver, tokens, stop reason, duration).
+    Inference,
+    /// One tool call ended.
+    ToolCall,
+    /// A task ended (exit status).
+    TaskEnd,
+    /// The session ended.
+    SessionEnd,
+    /// An actor was restarted by its supervisor.
+    ActorRestarted,
+    /// A diagnostic warning raised at launch.
+    Warning,
+    /// The spend meter refused a call.
+    SpendCeilingReached,
+}
+
+impl TraceKind {
+    /// The `event_type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceKind::SessionStart => "session_start",
+            TraceKind::TaskStart => "task_start",
+            TraceKind::Inference => "inference",
+            TraceKind::ToolCall => "tool_call",
+            TraceKind::TaskEnd => "task_end",
+            TraceKind::SessionEnd => "session_end",
+            TraceKind::ActorRestarted => "actor_restarted",
+            TraceKind::Warning => "warning",
+            TraceKind::SpendCeilingReached => "spend_ceiling_reached",
+        }
+    }
+}
+
+/// One trace line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TraceEvent {
+    /// Event type.
+    pub event_type: String,
+    /// Session id.
+    pub session_id: String,
+    /// Milliseconds since the UNIX epoch.
+    pub timestamp: u64,
+    /// The event's own fields.
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+}
+
+impl TraceEvent {
+    /// Build an event; `fields` must be a JSON object (anything else is stored under `value`).
+    pub fn new(kind: TraceKind, session_id: &str, timestamp: u64, fields: Value) -> Self {
+        let fields = match fields {
+            Value::Object(m) => m,
+            Value::Null => Map::new(),
+            other => {
+                let mut m = Map::new();
+                m.insert("value".into(), other);
+                m
+            }
+        };
+        TraceEvent { event_type: kind.as_str().to_string(), session_id: session_id.to_string(), timestamp, fields }
+    }
+}
+
+/// How a task ended (CONTRACT §9).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// The model ended its turn with a reply.
+    Ok,
+    /// The task failed (driver error, guest failure...).
+    Failed,
+    /// The task used every turn.
+    MaxTurnsReached,
+    /// The spend meter refused a call.
+    SpendCeilingReached,
+    /// A client canceled it.
+    Canceled,
+}
+
+impl ExitStatus {
+    /// The snake_case string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitStatus::Ok => "ok",
+            ExitStatus::Failed => "failed",
+            ExitStatus::MaxTurnsReached => "max_turns_reached",
+            ExitStatus::SpendCeilingReached => "spend_ceiling_reached",
+            ExitStatus::Canceled => "canceled",
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! One sandboxed call into an artifact's `murmur:tool/run.run`.
+//!
+//! Each call gets a fresh store from the pre-linked component (microseconds with the pooling
+//! allocator), so a trapped or interrupted instance is never reused and no state leaks from
+//! one call to the next. The call is bounded twice: epoch interruption traps guest code that
+//! runs past the deadline, and a timer bounds time spent waiting in host calls. Hitting the
+//! deadline or the memory limit is its own [`CallError`]; a guest trap carries the guest's
+//! stderr, where a Rust panic writes its message.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi_http::WasiHttpCtx;
+
+use crate::bindings::exports::murmur::tool::run as wit;
+use crate::engine::{EPOCH_TICK, Host, boxed};
+use crate::error::CallError;
+use crate::events::GuestEvents;
+use crate::grants::{Grants, STDERR_CAPTURE_BYTES};
+use crate::limiter::CallLimiter;
+use crate::load::LoadedArtifact;
+use crate::state::StoreState;
+
+/// Time allowed for instantiation, separate from the call's own deadline.
+pub const INSTANTIATE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// `tool-input`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolInput {
+    /// The input (JSON for drivers).
+    pub data: Option<String>,
+    /// A log path, when granted.
+    pub log_path: Option<String>,
+}
+
+/// `tool-result.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolStatus {
+    /// Passed.
+    Passed,
+    /// The work failed.
+    Failed,
+    /// The artifact failed.
+    Error,
+}
+
+/// `tool-result`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    /// Status.
+    pub status: ToolStatus,
+    /// Message.
+    pub summary: Option<String>,
+    /// Output.
+    pub data: Option<String>,
+    /// Output file.
+    pub data_path: Option<String>,
+    /// Whether the output was truncated.
+    pub truncated: bool,
+    /// Metadata pairs.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// A finished call with its timings.
+#[derive(Debug)]
+pub struct CallOutcome {
+    /// The result or why there is none.
+    pub result: Result<ToolResult, CallError>,
+    /// Time to create the instance.
+    pub instantiate_time: Duration,
+    /// Time inside the call.
+    pub call_time: Duration,
+    /// What the guest wrote to stderr.
+    pub stderr: String,
+}
+
+fn ticks(d: Duration) -> u64 {
+    (d.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+}
+
+impl LoadedArtifact {
+    /// Run one call with the given grants; live events go to `events`.
+    pub async fn call(&self, host: &Host, grants: &Grants, events: Arc<dyn GuestEvents>, input: ToolInput) -> CallOutcome {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let wasi = match grants.wasi_ctx(stderr.clone()) {
+            Ok(w) => w,
+            Err(e) => {
+                return CallOutcome {
+                    result: Err(CallError::Instantiate { artifact: self.name.clone(), source: Box::new(e) }),
+                    instantiate_time: Duration::ZERO,
+                    call_time: Duration::ZERO,
+                    stderr: String::new(),
+                };
+            }
+        };
+        let l = grants.limits;
+        let state = StoreState {
+            wasi,
+            http: WasiHttpCtx::new(),
+            table: wasmtime::component::ResourceTable::new(),
+            policy: grants.policy.clone(),
+            limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
+            events,
+            role: grants.role,
+            stderr: stderr.clone(),
+        };
+        let mut store = Store::new(&host.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(ticks(INSTANTIATE_DEADLINE));
+        let t0 = Instant::now();
+        let instance = match self.pre.instantiate_async(&mut store).await {
+            Ok(i) => i,
+            Err(e) => {
+                let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
+                return CallOutcome { result: Err(err), instantiate_time: t0.elapsed(), call_time: Duration::ZERO, stderr: stderr_text(&store) };
+            }
+        };
+        let instantiate_time = t0.elapsed();
+        let deadline = Duration::from_secs(l.deadline_seconds);
+        store.set_epoch_deadline(ticks(deadline));
+        let wit_input = wit::ToolInput { data: input.data, log_path: input.log_path };
+        let t1 = Instant::now();
+        let run = instance.murmur_tool_run().call_run(&mut store, &wit_input);
+        let result = match tokio::time::timeout(deadline, run).await {
+            Err(_elapsed) => Err(CallError::Deadline { artifact: self.name.clone(), seconds: deadline.as_secs_f64() }),
+            Ok(Err(e)) => Err(self.classify(e, &store, deadline, false)),
+            Ok(Ok(r)) => Ok(ToolResult {
+                status: match r.status {
+                    wit::Status::Passed => ToolStatus::Passed,
+                    wit::Status::Failed => ToolStatus::Failed,
+                    wit::Status::Error => ToolStatus::Error,
+                },
+                summary: r.summary,
+                data: r.data,
+                data_path: r.data_path,
+                truncated: r.truncated,
+                metadata: r.metadata,
+            }),
+        };
+        let call_time = t1.elapsed();
+        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store) }
+    }
+
+    fn classify(&self, e: wasmtime::Error, store: &Store<StoreState>, deadline: Duration, instantiating: bool) -> CallError {
+        let lim = &store.data().limiter;
+        if lim.memory_refused {
+            return CallError::MemoryLimit { artifact: self.name.clone(), what: "memory", limit: lim.memory_bytes, key: "memory_bytes" };
+        }
+        if lim.table_refused {
+            return CallError::MemoryLimit { artifact: self.name.clone(), what: "a table", limit: u64::from(lim.table_elements), key: "table_elements" };
+        }
+        let trap = e.downcast_ref::<Trap>().copied();
+        if trap == Some(Trap::Interrupt) {
+            let seconds = if instantiating { INSTANTIATE_DEADLINE.as_secs_f64() } else { deadline.as_secs_f64() };
+            return CallError::Deadline { artifact: self.name.clone(), seconds };
+        }
+        if instantiating && trap.is_none() {
+            return CallError::Instantiate { artifact: self.name.clone(), source: boxed(e) };
+        }
+        let said = stderr_text(store);
+        let said = said.lines().find(|l| l.contains("panicked")).or_else(|| said.lines().rev().find(|l| !l.trim().is_empty())).unwrap_or("").trim().to_string();
+        CallError::Trap {
+            artifact: self.name.clone(),
+            trap: trap.map(|t| t.to_string()).unwrap_or_else(|| "host error".to_string()),
+            stderr_note: if said.is_empty() { String::new() } else { format!("; guest said: {said}") },
+            source: boxed(e),
+        }
+    }
+}
+
+fn stderr_text(store: &Store<StoreState>) -> String {
+    String::from_utf8_lossy(&store.data().stderr.contents()).into_owned()
+}

@@ -1,0 +1,110 @@
+//! The process-wide wasmtime engine, its epoch ticker and the linker.
+//!
+//! One [`Host`] per process: the engine is configured once (component model, async, epoch
+//! interruption, pooling allocator), the linker provides every interface of CONTRACT §2, and
+//! compiled components are shared through the [`ComponentCache`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings::ArtifactHost as HostWorld;
+use crate::cache::ComponentCache;
+use crate::error::{Cause, LoadError};
+use crate::state::StoreState;
+
+/// How often the epoch advances. Deadlines are counted in these ticks, so a deadline is
+/// enforced to within one tick while guest code runs.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Instances that may be live at once in the pooling allocator. Calls instantiate per call and
+/// drop the store after, so this bounds concurrent calls, not capsules.
+pub const POOL_INSTANCES: u32 = 256;
+
+/// Options for [`Host::new`].
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// Where precompiled `.cwasm` files live; `None` keeps the cache in memory only.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// The sandbox host of one process.
+#[derive(Clone)]
+pub struct Host {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Arc<Linker<StoreState>>,
+    pub(crate) cache: Arc<ComponentCache>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").finish_non_exhaustive()
+    }
+}
+
+fn config(pooling: bool) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(true);
+    c.parallel_compilation(true);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOL_INSTANCES)
+            .total_core_instances(POOL_INSTANCES * 4)
+            .total_memories(POOL_INSTANCES * 2)
+            .total_tables(POOL_INSTANCES * 4)
+            .max_memories_per_component(8)
+            .max_tables_per_component(16);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    c
+}
+
+impl Host {
+    /// Build the engine (pooling when the OS allows the reservation, on-demand otherwise),
+    /// start the epoch ticker and link every interface.
+    pub fn new(options: HostOptions) -> Result<Host, LoadError> {
+        let engine = match Engine::new(&config(true)) {
+            Ok(e) => e,
+            Err(pool_err) => {
+                tracing::warn!(error = %pool_err, "pooling allocator unavailable; using on-demand allocation");
+                Engine::new(&config(false)).map_err(|e| compile_err("<engine>", e))?
+            }
+        };
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("capsule-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(e) => e.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| LoadError::Compile { artifact: "<epoch ticker>".into(), source: Box::new(e) })?;
+        let mut linker: Linker<StoreState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| compile_err("<linker>", e))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| compile_err("<linker>", e))?;
+        HostWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| compile_err("<linker>", e))?;
+        let cache = Arc::new(ComponentCache::new(options.cache_dir, &engine));
+        Ok(Host { engine, linker: Arc::new(linker), cache })
+    }
+
+    /// The component cache.
+    pub fn cache(&self) -> &ComponentCache {
+        &self.cache
+    }
+}
+
+pub(crate) fn compile_err(artifact: &str, e: wasmtime::Error) -> LoadError {
+    LoadError::Compile { artifact: artifact.to_string(), source: boxed(e) }
+}
+
+pub(crate) fn boxed(e: wasmtime::Error) -> Cause {
+    e.into_boxed_dyn_error()
+}

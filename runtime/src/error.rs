@@ -1,0 +1,131 @@
+//! Errors of the sandbox host. Load errors refuse an artifact before anything runs; call errors
+//! are values a call returns, each with its own code, never a host crash.
+
+use capsule_protocol::Code;
+use std::path::PathBuf;
+
+/// A boxed cause from wasmtime or the OS, kept whole.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why an artifact could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file does not exist or cannot be read.
+    #[error("E-CAP-001: artifact `{artifact}`: cannot read {path}; check `source:` (relative paths resolve against the manifest's folder)")]
+    Read {
+        /// Artifact name.
+        artifact: String,
+        /// Path tried.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a WebAssembly component.
+    #[error("E-CAP-002: artifact `{artifact}`: {path} is not a WebAssembly component ({what}); build it for wasm32-wasip2 as a component")]
+    NotComponent {
+        /// Artifact name.
+        artifact: String,
+        /// Path.
+        path: PathBuf,
+        /// What it looks like instead.
+        what: &'static str,
+    },
+    /// The component lacks `murmur:tool/run@0.1.0`.
+    #[error("E-CAP-003: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it")]
+    MissingExport {
+        /// Artifact name.
+        artifact: String,
+        /// What it exports.
+        exports: String,
+    },
+    /// The component imports an interface the host does not provide.
+    #[error("E-CAP-004: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)")]
+    UnknownImport {
+        /// Artifact name.
+        artifact: String,
+        /// The interface.
+        interface: String,
+    },
+    /// Compilation or linking failed.
+    #[error("E-CAP-005: artifact `{artifact}` failed to compile or link; rebuild it for wasm32-wasip2")]
+    Compile {
+        /// Artifact name.
+        artifact: String,
+        /// The wasmtime error.
+        #[source]
+        source: Cause,
+    },
+}
+
+impl LoadError {
+    /// The diagnostic code.
+    pub fn code(&self) -> Code {
+        match self {
+            LoadError::Read { .. } => Code::ArtifactSourceMissing,
+            LoadError::NotComponent { .. } => Code::ArtifactNotComponent,
+            LoadError::MissingExport { .. } => Code::ArtifactMissingExport,
+            LoadError::UnknownImport { .. } => Code::ArtifactUnknownImport,
+            LoadError::Compile { .. } => Code::ArtifactCompile,
+        }
+    }
+}
+
+/// Why a call did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The call ran past its deadline and was interrupted.
+    #[error("E-RUN-030: `{artifact}` ran past its deadline of {seconds} s and was stopped; raise capabilities.limits.deadline_seconds if the work is legitimately long")]
+    Deadline {
+        /// Artifact name.
+        artifact: String,
+        /// The deadline.
+        seconds: f64,
+    },
+    /// The guest tried to grow memory (or a table) past its limit.
+    #[error("E-RUN-031: `{artifact}` tried to grow {what} past its limit of {limit}; raise capabilities.limits.{key} if it legitimately needs more")]
+    MemoryLimit {
+        /// Artifact name.
+        artifact: String,
+        /// `memory` or `a table`.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// The manifest key.
+        key: &'static str,
+    },
+    /// The guest trapped (a panic, `unreachable`, an out-of-bounds access...).
+    #[error("E-RUN-032: `{artifact}` crashed (trap: {trap}){stderr_note}; this is a bug in the artifact")]
+    Trap {
+        /// Artifact name.
+        artifact: String,
+        /// The trap's short description.
+        trap: String,
+        /// `; guest said: …` when the guest wrote to stderr before trapping.
+        stderr_note: String,
+        /// The wasmtime error with its backtrace.
+        #[source]
+        source: Cause,
+    },
+    /// The instance could not be created (pool exhausted, start function failed...).
+    #[error("E-CAP-005: `{artifact}` could not be instantiated")]
+    Instantiate {
+        /// Artifact name.
+        artifact: String,
+        /// The wasmtime error.
+        #[source]
+        source: Cause,
+    },
+}
+
+impl CallError {
+    /// The diagnostic code.
+    pub fn code(&self) -> Code {
+        match self {
+            CallError::Deadline { .. } => Code::DeadlineExceeded,
+            CallError::MemoryLimit { .. } => Code::MemoryLimit,
+            CallError::Trap { .. } => Code::GuestTrap,
+            CallError::Instantiate { .. } => Code::ArtifactCompile,
+        }
+    }
+}

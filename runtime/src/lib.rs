@@ -1,0 +1,37 @@
+//! The sandbox host: everything needed to run one call into a Murmur driver or tool component.
+//!
+//! - [`Host`]: one wasmtime engine per process (component model, async, epoch interruption,
+//!   pooling allocator) with its epoch ticker and the linker that provides every interface of
+//!   CONTRACT §2.
+//! - [`ComponentCache`]: compile once per process; precompiled `.cwasm` on disk keyed by the
+//!   wasm hash and the engine's compatibility hash, so a second launch does not recompile.
+//! - [`LoadedArtifact`]: a checked component (the `murmur:tool/run@0.1.0` export present, no
+//!   import outside the allowed set) with its `InstancePre`.
+//! - [`Grants`] and [`OutgoingPolicy`]: the capability grants of CONTRACT §4 and the outgoing
+//!   HTTP policy of §5 (allowlist, gateway rewrite, credential insertion).
+//! - [`call`](LoadedArtifact::call): one sandboxed call, bounded by the deadline and the memory
+//!   limit, each reported as its own [`CallError`].
+//!
+//! This crate knows nothing of actors. Live events from a guest leave through the
+//! [`GuestEvents`] trait that the caller implements.
+
+mod bindings;
+mod cache;
+mod call;
+mod engine;
+mod error;
+mod events;
+mod grants;
+mod limiter;
+mod load;
+mod policy;
+mod state;
+
+pub use cache::{CacheHit, ComponentCache};
+pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
+pub use engine::{EPOCH_TICK, Host, HostOptions};
+pub use error::{CallError, LoadError};
+pub use events::{GuestEvents, NoEvents};
+pub use grants::{ArtifactRole, Grants};
+pub use load::{ALLOWED_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT};
+pub use policy::{Credential, GatewayRoute, OutgoingPolicy, SecretKey, gateway_address};

@@ -1,0 +1,212 @@
+//! The outgoing HTTP policy (CONTRACT §4, §5): the only way out of a guest.
+//!
+//! Every `wasi:http` request a guest makes reaches [`OutgoingPolicy::send_request`]:
+//! - a request to the gateway address (drivers with a `gateway:` only) is rewritten to the real
+//!   endpoint; any auth header the guest set is removed and the credential is attached here, so
+//!   the key never enters the guest;
+//! - otherwise the host must match a `network.allow` rule, or the guest gets
+//!   `HttpRequestDenied`.
+//!
+//! Redirects are returned to the guest, never followed. TCP, UDP and DNS are never granted
+//! (the WASI context is built without network), so this hook is the only egress.
+
+use capsule_protocol::manifest::AllowRule;
+use http::{HeaderName, HeaderValue, Uri};
+use http_body_util::BodyExt;
+use std::future::Future;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// The authority of the gateway address: loopback, never bound. Requests to it are rewritten
+/// before any connection is made.
+pub const GATEWAY_AUTHORITY: &str = "127.0.0.1:1";
+
+/// `MURMUR_INFERENCE_ENDPOINT` as a driver with a gateway sees it.
+pub fn gateway_address() -> String {
+    format!("http://{GATEWAY_AUTHORITY}")
+}
+
+/// A resolved credential, as the header the gateway writes.
+#[derive(Clone)]
+pub enum Credential {
+    /// Keyless: nothing is attached.
+    None,
+    /// Attach this header.
+    Header {
+        /// Header name.
+        name: HeaderName,
+        /// Header value (holds the key; never logged).
+        value: HeaderValue,
+    },
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::None => f.write_str("Credential::None"),
+            Credential::Header { name, .. } => write!(f, "Credential::Header({name}: <redacted>)"),
+        }
+    }
+}
+
+impl Credential {
+    /// Build the header for `key`: the artifact's own `upstream_auth` template when given
+    /// (`{key}` is replaced), else `x-api-key` for Anthropic-style paths and
+    /// `authorization: Bearer` otherwise (decided per request, see [`OutgoingPolicy`]).
+    pub fn templated(header: &str, template: &str, key: &str) -> Option<Credential> {
+        let name = HeaderName::from_bytes(header.as_bytes()).ok()?;
+        let mut value = HeaderValue::from_str(&template.replace("{key}", key)).ok()?;
+        value.set_sensitive(true);
+        Some(Credential::Header { name, value })
+    }
+}
+
+/// Where gateway traffic goes and with what credential.
+#[derive(Clone, Debug)]
+pub struct GatewayRoute {
+    /// The real endpoint (`https://api.anthropic.com`, `http://127.0.0.1:PORT/v1`...).
+    pub endpoint: Uri,
+    /// A fixed credential header (from `upstream_auth`), when the artifact declares one.
+    pub fixed: Option<Credential>,
+    /// The raw key for the default styles, when not keyless and not fixed.
+    pub key: Option<SecretKey>,
+}
+
+/// A key that never prints.
+#[derive(Clone)]
+pub struct SecretKey(pub String);
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Auth headers a guest may have set; removed from gateway traffic.
+const AUTH_HEADERS: [&str; 4] = ["authorization", "x-api-key", "api-key", "proxy-authorization"];
+
+/// The per-store policy.
+#[derive(Clone, Debug, Default)]
+pub struct OutgoingPolicy {
+    /// Parsed `network.allow`.
+    pub allow: Vec<AllowRule>,
+    /// The gateway, for drivers that have one.
+    pub gateway: Option<GatewayRoute>,
+}
+
+impl OutgoingPolicy {
+    fn rewrite(&self, gw: &GatewayRoute, mut request: http::Request<WasiBody>) -> Result<http::Request<WasiBody>, HttpError> {
+        let guest_path = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_string();
+        let base_path = gw.endpoint.path().trim_end_matches('/');
+        let joined = format!("{base_path}{guest_path}");
+        // An endpoint ending in `/v1` and a guest path starting with `/v1/` would double it.
+        let joined = if base_path.ends_with("/v1") && guest_path.starts_with("/v1/") { format!("{base_path}{}", &guest_path[3..]) } else { joined };
+        let authority = gw.endpoint.authority().ok_or(HttpError::HttpRequestUriInvalid)?.clone();
+        let uri = Uri::builder()
+            .scheme(gw.endpoint.scheme().cloned().unwrap_or(http::uri::Scheme::HTTPS))
+            .authority(authority.clone())
+            .path_and_query(joined)
+            .build()
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let anthropic_style = guest_path.ends_with("/messages") || guest_path.contains("/messages?");
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        for h in AUTH_HEADERS {
+            headers.remove(h);
+        }
+        if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+            headers.insert(http::header::HOST, host);
+        }
+        let credential = match (&gw.fixed, &gw.key) {
+            (Some(fixed), _) => fixed.clone(),
+            (None, Some(key)) if anthropic_style => Credential::templated("x-api-key", "{key}", &key.0).unwrap_or(Credential::None),
+            (None, Some(key)) => Credential::templated("authorization", "Bearer {key}", &key.0).unwrap_or(Credential::None),
+            (None, None) => Credential::None,
+        };
+        if let Credential::Header { name, value } = credential {
+            headers.insert(name, value);
+        }
+        Ok(request)
+    }
+
+    fn allowed(&self, uri: &Uri) -> bool {
+        let scheme = uri.scheme_str().unwrap_or("https");
+        let Some(host) = uri.host() else { return false };
+        let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        self.allow.iter().any(|r| r.allows(scheme, host, port))
+    }
+
+    /// Decide one request: rewrite gateway traffic, pass allowed hosts, deny the rest.
+    pub fn decide(&self, request: http::Request<WasiBody>) -> Result<http::Request<WasiBody>, HttpError> {
+        let to_gateway = request.uri().authority().is_some_and(|a| a.as_str() == GATEWAY_AUTHORITY);
+        match (&self.gateway, to_gateway) {
+            (Some(gw), true) => self.rewrite(gw, request),
+            _ if self.allowed(request.uri()) => Ok(request),
+            _ => {
+                tracing::debug!(uri = %request.uri(), "outgoing request denied by policy");
+                Err(HttpError::HttpRequestDenied)
+            }
+        }
+    }
+}
+
+type SendFuture = Box<dyn Future<Output = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError>> + Send>;
+
+impl WasiHttpHooks for OutgoingPolicy {
+    fn send_request(&mut self, request: http::Request<WasiBody>, options: Option<RequestOptions>, fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>) -> SendFuture {
+        drop(fut);
+        let decided = self.decide(request);
+        Box::new(async move {
+            let request = decided?;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let res = res.map(|b| b.map_err(Into::into).boxed_unsync());
+            Ok((res, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::Empty;
+
+    fn req(uri: &str) -> http::Request<WasiBody> {
+        http::Request::builder()
+            .uri(uri)
+            .header("x-api-key", "guest-set")
+            .header("authorization", "Bearer guest")
+            .body(Empty::<Bytes>::new().map_err(|_| HttpError::HttpProtocolError).boxed_unsync())
+            .expect("request")
+    }
+
+    fn gw(endpoint: &str) -> OutgoingPolicy {
+        OutgoingPolicy {
+            allow: vec![],
+            gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("uri"), fixed: None, key: Some(SecretKey("sk-test".into())) }),
+        }
+    }
+
+    #[test]
+    fn gateway_traffic_is_rewritten_and_keyed_by_the_host() {
+        let out = gw("https://api.example.com").decide(req("http://127.0.0.1:1/v1/messages")).expect("allowed");
+        assert_eq!(out.uri().to_string(), "https://api.example.com/v1/messages");
+        assert_eq!(out.headers()["x-api-key"], "sk-test");
+        assert!(out.headers().get("authorization").is_none(), "guest auth header must be stripped");
+    }
+
+    #[test]
+    fn openai_style_paths_get_a_bearer_and_v1_is_not_doubled() {
+        let out = gw("http://127.0.0.1:8080/v1").decide(req("http://127.0.0.1:1/v1/chat/completions")).expect("allowed");
+        assert_eq!(out.uri().to_string(), "http://127.0.0.1:8080/v1/chat/completions");
+        assert_eq!(out.headers()["authorization"], "Bearer sk-test");
+        assert!(out.headers().get("x-api-key").is_none());
+    }
+
+    #[test]
+    fn unlisted_hosts_are_denied_and_listed_ones_pass() {
+        let p = OutgoingPolicy { allow: vec![AllowRule::parse("https://ok.example").expect("rule")], gateway: None };
+        assert!(matches!(p.decide(req("http://evil.example/")), Err(HttpError::HttpRequestDenied)));
+        assert!(p.decide(req("https://ok.example/x")).is_ok());
+        assert!(matches!(p.decide(req("http://127.0.0.1:1/v1/messages")), Err(HttpError::HttpRequestDenied)), "no gateway for this artifact");
+    }
+}

@@ -1,0 +1,76 @@
+//! The data of one store: WASI and HTTP contexts, the policy, the limiter and the event sink,
+//! plus the host side of the `murmur:*` imports.
+
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::bindings::murmur;
+use crate::events::GuestEvents;
+use crate::grants::ArtifactRole;
+use crate::limiter::CallLimiter;
+use crate::policy::OutgoingPolicy;
+
+/// One store's data.
+pub struct StoreState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) policy: OutgoingPolicy,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) events: Arc<dyn GuestEvents>,
+    pub(crate) role: ArtifactRole,
+    pub(crate) stderr: MemoryOutputPipe,
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for StoreState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.policy }
+    }
+}
+
+impl murmur::stream::events::Host for StoreState {
+    async fn emit_chunk(&mut self, chunk: String) {
+        self.events.chunk(chunk);
+    }
+
+    async fn emit_thinking_chunk(&mut self, chunk: String) {
+        self.events.thinking(chunk);
+    }
+
+    async fn tool_call_started(&mut self, id: String, name: String) {
+        if self.role == ArtifactRole::Driver {
+            self.events.tool_call_started(id, name);
+        }
+    }
+
+    async fn tool_call_input_bytes(&mut self, id: String, bytes: u64) {
+        if self.role == ArtifactRole::Driver {
+            self.events.tool_call_input_bytes(id, bytes);
+        }
+    }
+}
+
+impl murmur::text::chunks::Host for StoreState {
+    async fn emit_chunk(&mut self, chunk: String) {
+        self.events.chunk(chunk);
+    }
+
+    async fn emit_thinking_chunk(&mut self, chunk: String) {
+        self.events.thinking(chunk);
+    }
+}
+
+impl murmur::task::task::Host for StoreState {
+    async fn request_input(&mut self, prompt: String) -> String {
+        self.events.request_input(prompt)
+    }
+}

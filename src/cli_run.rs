@@ -1,0 +1,123 @@
+//! `capsule run`: launch a session, stream its frames to the terminal, run one task, exit 0
+//! only when the task ended `ok`.
+//!
+//! Exit codes: 0 ok; 1 the task ended otherwise (failed, max turns...); 2 the capsule was
+//! refused at launch (bad manifest, bad artifact, missing credential).
+
+use capsule_actors::{EndpointOverride, LaunchOptions, Session};
+use capsule_protocol::trace::ExitStatus;
+use capsule_runtime::{Host, HostOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::printer::{Printer, Style};
+
+/// Options of `capsule run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The capsule folder, or its murmur.yaml.
+    pub capsule: PathBuf,
+    /// The task text.
+    #[arg(long)]
+    pub task: String,
+    /// Print a `ready` line, then one JSON object per frame.
+    #[arg(long)]
+    pub json: bool,
+    /// Workdir for session folders and the tools' scope [default: ./capsule-work/<capsule name>].
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+    /// Where precompiled components are kept [default: $CAPSULE_CACHE_DIR, else ~/.cache/capsule-runtime].
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Send the primary driver's traffic to this endpoint instead of the manifest's.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// With --endpoint: the upstream needs no key (else the manifest's credential is kept).
+    #[arg(long, requires = "endpoint")]
+    pub keyless: bool,
+}
+
+/// The full cause chain of an error, one cause per `: `.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("CAPSULE_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("capsule-runtime"))
+}
+
+fn capsule_name(path: &std::path::Path) -> String {
+    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capsule".into())
+}
+
+/// Run one task; the process exit code follows the task's exit status.
+pub async fn run(args: RunArgs) -> ExitCode {
+    let host = match Host::new(HostOptions { cache_dir: args.cache_dir.clone().or_else(default_cache_dir) }) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let over = args.endpoint.as_ref().map(|e| EndpointOverride { endpoint: e.clone(), keyless: args.keyless });
+    run_with(host, args, over, std::env::vars().collect()).await
+}
+
+/// Run one task with a given host, gateway override and environment.
+pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
+    let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&args.capsule)));
+    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override };
+    let session = match Session::launch(opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let style = if args.json { Style::Json } else { Style::Human };
+    for w in &session.warnings {
+        eprintln!("warning: {w}");
+    }
+    let printer = Printer::start(&session, style).await;
+    let outcome = session.submit(&args.task).await;
+    let result_path = session.dir.join("out").join("result.txt");
+    let code = match &outcome {
+        Ok(o) => {
+            printer.finish(&o.task_id).await;
+            if !args.json {
+                match o.exit_status {
+                    ExitStatus::Ok => {}
+                    _ => eprintln!("task {}: {}", o.exit_status.as_str(), o.message),
+                }
+            }
+            if o.exit_status == ExitStatus::Ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(e) => {
+            eprintln!("error: {}", chain(e));
+            ExitCode::from(1)
+        }
+    };
+    if !args.json {
+        eprintln!("session {} · result {}", session.session_id, result_path.display());
+    } else {
+        eprintln!("result {}", result_path.display());
+    }
+    session.shutdown().await;
+    code
+}

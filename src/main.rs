@@ -1,0 +1,62 @@
+//! `capsule`: run Murmur capsules. See `capsule --help` and the README.
+
+mod cli_run;
+mod demo;
+mod printer;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Runs AI agents packaged as Murmur capsules, in isolation.
+#[derive(Parser, Debug)]
+#[command(name = "capsule", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a capsule (a folder with murmur.yaml, or the file) on one task.
+    Run(cli_run::RunArgs),
+    /// Run examples/hello offline against the built-in provider stub.
+    Demo(demo::DemoArgs),
+    /// Serve the scripted provider stub (Anthropic Messages and OpenAI Chat Completions).
+    StubProvider {
+        /// The script (YAML or JSON).
+        #[arg(long)]
+        script: PathBuf,
+        /// Port on 127.0.0.1 (an OS-chosen port when absent).
+        #[arg(long)]
+        port: Option<u16>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CAPSULE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Run(args) => cli_run::run(args).await,
+            Command::Demo(args) => demo::demo(args).await,
+            Command::StubProvider { script, port } => match capsule_stub::serve_cli(&script, port).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {}", cli_run::chain(&e));
+                    ExitCode::from(2)
+                }
+            },
+        }
+    })
+}

@@ -1,0 +1,74 @@
+//! The body of a streamed answer: one frame per SSE event, optionally ending in a dropped
+//! connection.
+//!
+//! Guarantees: the runtime gets a turn between frames (so the HTTP server writes each event out
+//! as it is produced rather than batching the whole stream), the request's `stub_elapsed_ns` is
+//! recorded just before the last frame is handed over, and a cut body ends in an error so the
+//! server drops the connection instead of terminating the chunked body. Deliberately not here:
+//! deciding what the events are, or any pacing beyond that yield.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::body::Body;
+use bytes::Bytes;
+
+use crate::record::Entry;
+use crate::server::Shared;
+
+/// The state of a streamed body.
+struct Feed {
+    events: VecDeque<Bytes>,
+    cut: bool,
+    first: bool,
+    shared: Arc<Shared>,
+    entry: Entry,
+    timed: bool,
+}
+
+impl Feed {
+    /// Records the answer time once, when the last byte is about to be handed over.
+    fn time(&mut self) {
+        if !self.timed {
+            self.timed = true;
+            self.shared.recorder.finish(self.entry);
+        }
+    }
+}
+
+/// A body that yields one frame per event and, when `cut`, then fails so the connection drops.
+pub(crate) fn event_body(shared: Arc<Shared>, entry: Entry, events: Vec<Bytes>, cut: bool) -> Body {
+    let feed = Feed {
+        events: events.into(),
+        cut,
+        first: true,
+        shared,
+        entry,
+        timed: false,
+    };
+    let stream = futures::stream::unfold(feed, |mut feed| async move {
+        if !feed.first || feed.events.is_empty() {
+            // Let the server write out what it has before the next event or the cut.
+            tokio::task::yield_now().await;
+        }
+        feed.first = false;
+        if let Some(event) = feed.events.pop_front() {
+            if feed.events.is_empty() {
+                feed.time();
+            }
+            return Some((Ok(event), feed));
+        }
+        feed.time();
+        if feed.cut {
+            feed.cut = false;
+            return Some((
+                Err(std::io::Error::other(
+                    "the stub script cuts the connection here",
+                )),
+                feed,
+            ));
+        }
+        None
+    });
+    Body::from_stream(stream)
+}
