@@ -159,8 +159,7 @@ impl LoadedArtifact {
         if instantiating && trap.is_none() {
             return CallError::Instantiate { artifact: self.name.clone(), source: boxed(e) };
         }
-        let said = stderr_text(store);
-        let said = said.lines().find(|l| l.contains("panicked")).or_else(|| said.lines().rev().find(|l| !l.trim().is_empty())).unwrap_or("").trim().to_string();
+        let said = guest_said(&stderr_text(store));
         CallError::Trap {
             artifact: self.name.clone(),
             trap: trap.map(|t| t.to_string()).unwrap_or_else(|| "host error".to_string()),
@@ -168,6 +167,21 @@ impl LoadedArtifact {
             source: boxed(e),
         }
     }
+}
+
+/// The useful part of a guest's stderr: a Rust panic's location and message (the message is
+/// on the line after `panicked at`), else the last non-empty line.
+fn guest_said(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
+        let mut s = lines[i].trim().to_string();
+        if let Some(next) = lines.get(i + 1).filter(|l| !l.trim().is_empty() && !l.starts_with("note:")) {
+            s.push(' ');
+            s.push_str(next.trim());
+        }
+        return s;
+    }
+    lines.iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default()
 }
 
 fn stderr_text(store: &Store<StoreState>) -> String {

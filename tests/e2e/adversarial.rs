@@ -1,0 +1,99 @@
+//! Adversarial guests, each named for what it tries, each shown contained: the file system
+//! outside the scope, an unlisted host, an ungranted env var, unbounded memory, an endless loop.
+//! These call the runtime directly with the grants a launch would build.
+
+use crate::common::*;
+use capsule_protocol::manifest::{AllowRule, Limits};
+use capsule_runtime::{ArtifactRole, CallError, Grants, LoadedArtifact, NoEvents, OutgoingPolicy, ToolInput, ToolStatus};
+use std::sync::Arc;
+
+fn tool_grants(preopen: Option<std::path::PathBuf>, limits: Limits) -> Grants {
+    Grants { role: ArtifactRole::Tool, env: vec![], preopen, limits, policy: OutgoingPolicy::default() }
+}
+
+async fn call(name: &str, grants: &Grants, data: &str) -> capsule_runtime::CallOutcome {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, name, &dist(name)).expect("loads");
+    a.call(&host, grants, Arc::new(NoEvents), ToolInput { data: Some(data.into()), log_path: None }).await
+}
+
+#[tokio::test]
+async fn guest_read_outside_scope_sees_neither_parent_files_nor_the_host_root() {
+    let outer = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outer.path().join("outside.txt"), "secret outside the scope").expect("write");
+    let scope = outer.path().join("scope");
+    std::fs::create_dir(&scope).expect("mkdir");
+    let out = call("guest-read-outside-scope", &tool_grants(Some(scope), Limits::default()), "").await;
+    let r = out.result.expect("the guest returns");
+    assert_eq!(r.status, ToolStatus::Failed, "a read escaped: {:?}", r.data);
+    assert!(!r.data.unwrap_or_default().contains("secret"));
+}
+
+#[tokio::test]
+async fn guest_dial_unlisted_host_is_denied_and_a_listed_one_is_reached() {
+    let stub = stub(vec![]);
+    let url = format!("{}/anything", stub.url());
+    let denied = call("guest-dial-unlisted-host", &tool_grants(None, Limits::default()), &url).await.result.expect("returns");
+    assert_eq!(denied.status, ToolStatus::Failed);
+    assert!(denied.summary.unwrap_or_default().contains("HttpRequestDenied"));
+    assert!(stub.requests().is_empty(), "nothing reached the host");
+
+    let mut allowed = tool_grants(None, Limits::default());
+    allowed.policy.allow = vec![AllowRule::parse(&stub.addr().to_string()).expect("rule")];
+    let reached = call("guest-dial-unlisted-host", &allowed, &url).await.result.expect("returns");
+    assert_eq!(reached.status, ToolStatus::Passed, "{:?}", reached.summary);
+    assert_eq!(stub.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn guest_read_env_sees_only_granted_variables_and_never_credentials() {
+    let cap = Capsule::new(
+        "name: env\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-trap.wasm', gateway: {endpoint: 'http://127.0.0.1:9', keyless: true}}\n  - {name: reader, runtime: tool, source: '{DIST}/guest-read-env.wasm'}\ncapabilities: {env: {allow: [GRANTED_VAR, SERVICE_API_KEY]}}\ninference: {model: m, driver: {artifact: d}}\n",
+    );
+    let env = [("GRANTED_VAR", "yes"), ("UNGRANTED_VAR", "no"), ("SERVICE_API_KEY", "sk-should-never-pass")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let opts = cap.options(env);
+    let prepared = capsule_actors::launch::prepare(&opts, "ses_test").expect("prepare");
+    assert!(prepared.warnings.iter().any(|w| w.code.as_str() == "W-CAP-001"), "the credential-shaped grant is warned about");
+    let reader = prepared.artifacts.iter().find(|a| a.decl.name == "reader").expect("reader");
+    let host = opts.host.clone();
+    let run = |var: &'static str| {
+        let (host, reader) = (host.clone(), reader.loaded.clone());
+        let grants = reader_grants(&prepared, "reader");
+        async move { reader.call(&host, &grants, Arc::new(NoEvents), ToolInput { data: Some(var.into()), log_path: None }).await.result.expect("returns") }
+    };
+    let granted = run("GRANTED_VAR").await;
+    assert_eq!(granted.data.as_deref(), Some("yes"));
+    let ungranted = run("UNGRANTED_VAR").await;
+    assert_eq!(ungranted.status, ToolStatus::Failed);
+    let key = run("SERVICE_API_KEY").await;
+    assert_eq!(key.status, ToolStatus::Failed, "a credential-shaped variable is never passed");
+    let names = granted.metadata.iter().find(|(k, _)| k == "names").map(|(_, v)| v.clone()).unwrap_or_default();
+    for n in names.split(',').filter(|n| !n.is_empty()) {
+        assert!(n == "GRANTED_VAR" || n.starts_with("MURMUR_"), "unexpected variable visible: {n}");
+    }
+}
+
+fn reader_grants(p: &capsule_actors::launch::Prepared, name: &str) -> Grants {
+    p.artifacts.iter().find(|a| a.decl.name == name).expect("artifact").grants.clone()
+}
+
+#[tokio::test]
+async fn guest_balloon_memory_is_stopped_at_the_limit_and_the_host_keeps_serving() {
+    let limits = Limits { memory_bytes: 64 * 1024 * 1024, ..Limits::default() };
+    let out = call("guest-balloon-memory", &tool_grants(None, limits), "").await;
+    match out.result {
+        Err(CallError::MemoryLimit { limit, .. }) => assert_eq!(limit, 64 * 1024 * 1024),
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+    let next = call("guest-read-env", &tool_grants(None, Limits::default()), "HOME").await;
+    assert!(next.result.is_ok(), "the next call runs");
+}
+
+#[tokio::test]
+async fn guest_spin_forever_is_interrupted_at_its_deadline() {
+    let limits = Limits { deadline_seconds: 1, ..Limits::default() };
+    let started = std::time::Instant::now();
+    let out = call("guest-spin-forever", &tool_grants(None, limits), "").await;
+    assert!(matches!(out.result, Err(CallError::Deadline { .. })), "{:?}", out.result);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "interrupted, not left running");
+}

@@ -1,0 +1,122 @@
+//! Test helpers: the sandbox host with a shared on-disk component cache, a capsule builder that
+//! writes a manifest into a temporary folder, and frame collection with a deadline.
+
+#![allow(dead_code)]
+
+use capsule_actors::{LaunchError, LaunchOptions, Session, TaskOutcome};
+use capsule_protocol::frame::{Frame, NumberedFrame};
+use capsule_runtime::{Host, HostOptions};
+use capsule_stub::{Script, Stub, StubHandle, Turn};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A committed component.
+pub fn dist(name: &str) -> PathBuf {
+    repo().join("components/dist").join(format!("{name}.wasm"))
+}
+
+/// A host whose compiled components are shared by every test process.
+pub fn host() -> Host {
+    Host::new(HostOptions { cache_dir: Some(repo().join("target/test-component-cache")) }).expect("host starts")
+}
+
+/// A capsule in a temporary folder.
+pub struct Capsule {
+    pub dir: tempfile::TempDir,
+    pub workdir: PathBuf,
+}
+
+impl Capsule {
+    /// Write `yaml` as the folder's murmur.yaml. `{DIST}` is replaced by the dist folder.
+    pub fn new(yaml: &str) -> Capsule {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let yaml = yaml.replace("{DIST}", &repo().join("components/dist").display().to_string()).replace("{ARTIFACTS}", &repo().join("components/artifacts").display().to_string());
+        std::fs::write(dir.path().join("murmur.yaml"), yaml).expect("write manifest");
+        let workdir = dir.path().join("work");
+        Capsule { dir, workdir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn options(&self, env: HashMap<String, String>) -> LaunchOptions {
+        LaunchOptions { manifest: self.dir.path().to_path_buf(), workdir: self.workdir.clone(), host: host(), env, endpoint_override: None }
+    }
+
+    pub async fn launch(&self) -> Result<Session, LaunchError> {
+        Session::launch(self.options(HashMap::new())).await
+    }
+
+    pub async fn launch_with_env(&self, env: &[(&str, &str)]) -> Result<Session, LaunchError> {
+        Session::launch(self.options(env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())).await
+    }
+}
+
+/// A capsule with the real Anthropic driver pointed at `endpoint`, keyless, plus `tools`
+/// (`name: source` pairs where source is relative to the dist folder, e.g. `tool-files.wasm`)
+/// and `extra` YAML appended at the top level.
+pub fn anthropic_capsule(endpoint: &str, tools: &[(&str, &str)], extra: &str) -> Capsule {
+    let mut y = format!(
+        "name: test-capsule\nversion: 0.1.0\nartifacts:\n  - name: anthropic\n    runtime: driver\n    source: {{DIST}}/driver-anthropic.wasm\n    gateway: {{endpoint: '{endpoint}', keyless: true}}\n"
+    );
+    for (name, source) in tools {
+        y.push_str(&format!("  - name: {name}\n    runtime: tool\n    source: {source}\n"));
+    }
+    y.push_str("inference:\n  model: claude-test\n  driver: {artifact: anthropic}\n");
+    y.push_str(extra);
+    Capsule::new(&y)
+}
+
+/// Start the stub with these turns.
+pub fn stub(turns: Vec<Turn>) -> StubHandle {
+    Stub::start(Script::new(turns)).expect("stub starts")
+}
+
+/// Read frames until the final status of `task_id` (or panic after 30 s).
+pub async fn frames_until_final(rx: &mut mpsc::Receiver<NumberedFrame>, task_id: &str) -> Vec<NumberedFrame> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let f = tokio::time::timeout_at(deadline, rx.recv()).await.expect("final status within 30 s").expect("stream open");
+        let done = matches!(&f.frame, Frame::Status { id, is_final: true, .. } if id == task_id);
+        out.push(f);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Submit a task with a subscription opened first; returns the outcome and its frames.
+pub async fn run_task(session: &Session, text: &str) -> (TaskOutcome, Vec<NumberedFrame>) {
+    let mut rx = session.subscribe(None).await.expect("subscribe");
+    let outcome = session.submit(text).await.expect("loop answers");
+    let frames = frames_until_final(&mut rx, &outcome.task_id).await;
+    (outcome, frames)
+}
+
+/// The trace lines of a session.
+pub fn trace(session: &Session) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace exists").lines().map(|l| serde_json::from_str(l).expect("trace line is JSON")).collect()
+}
+
+/// Poll `f` until it is true or 10 s pass.
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

@@ -1,0 +1,68 @@
+//! The real binary: `capsule demo` completes a task with a tool call offline, and `capsule run`
+//! exits non-zero when the task fails or the capsule is refused.
+
+use crate::common::*;
+use std::process::Command;
+
+fn capsule() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_capsule"))
+}
+
+#[test]
+fn capsule_demo_completes_a_task_with_a_tool_call_and_leaves_result_and_trace() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let out = capsule()
+        .current_dir(repo())
+        .args(["demo", "--json", "--workdir"])
+        .arg(work.path())
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut lines = stdout.lines();
+    let ready: serde_json::Value = serde_json::from_str(lines.next().expect("ready line")).expect("json");
+    assert_eq!(ready["type"], "ready");
+    let session = ready["session_id"].as_str().expect("session id").to_string();
+    assert!(session.starts_with("ses_") && session.len() == 36, "{session}");
+    let frames: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(l).expect("frame line is JSON")).collect();
+    assert!(frames.iter().any(|f| f["event"] == "artifact" && f["data"]["artifact"]["is_error"] == false), "a tool call ran");
+    let dir = work.path().join(&session);
+    let result = std::fs::read_to_string(dir.join("out/result.txt")).expect("result.txt");
+    assert!(result.contains("Hello from a Murmur capsule"), "{result}");
+    assert_eq!(std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"), "Hello from a Murmur capsule!\n");
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    for e in ["session_start", "task_start", "inference", "tool_call", "task_end", "session_end"] {
+        assert!(trace.contains(&format!("\"event_type\":\"{e}\"")), "trace lacks {e}");
+    }
+}
+
+#[test]
+fn capsule_run_refuses_a_missing_manifest_with_a_code_and_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = capsule().args(["run"]).arg(dir.path()).args(["--task", "x", "--workdir"]).arg(dir.path().join("w")).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("E-MAN-001"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capsule_run_exits_1_when_the_provider_fails_and_still_writes_the_result() {
+    let stub = stub(vec![capsule_stub::Turn::http_error(500, "{\"error\":\"boom\"}")]);
+    let cap = anthropic_capsule("http://127.0.0.1:9", &[], "");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run"])
+        .arg(cap.path())
+        .args(["--task", "x", "--json", "--keyless", "--endpoint", &stub.url(), "--workdir"])
+        .arg(&cap.workdir)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ready: serde_json::Value = serde_json::from_str(stdout.lines().next().expect("ready")).expect("json");
+    let dir = cap.workdir.join(ready["session_id"].as_str().expect("id"));
+    let result = std::fs::read_to_string(dir.join("out/result.txt")).expect("result");
+    assert!(result.starts_with("error: E-RUN-040") && result.contains("HTTP 500"), "{result}");
+}

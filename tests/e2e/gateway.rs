@@ -1,0 +1,56 @@
+//! The gateway: the host attaches the credential on egress, the guest never holds it, and the
+//! key appears nowhere the session writes.
+
+use crate::common::*;
+use capsule_protocol::trace::ExitStatus;
+use capsule_stub::Turn;
+
+const KEY: &str = "sk-test-KEY-0123456789-never-leaks";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_attaches_the_key_and_it_appears_nowhere_else() {
+    let stub = stub(vec![Turn::text("keyed reply")]);
+    let yaml = format!(
+        "name: keyed\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{TEST_PROVIDER_KEY}}'}}}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    );
+    let cap = Capsule::new(&yaml);
+    let session = cap.launch_with_env(&[("TEST_PROVIDER_KEY", KEY)]).await.expect("launch");
+    let (outcome, frames) = run_task(&session, "hello").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    let req = &stub.requests()[0];
+    let header = |n: &str| req.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    assert_eq!(header("x-api-key").as_deref(), Some(KEY), "the host attached the credential");
+    assert_eq!(header("authorization"), None);
+    assert_eq!(req.path, "/v1/messages");
+    // The guest's environment never holds the key.
+    let prepared = capsule_actors::launch::prepare(&cap.options([("TEST_PROVIDER_KEY".to_string(), KEY.to_string())].into()), "ses_x").expect("prepare");
+    for a in &prepared.artifacts {
+        assert!(a.grants.env.iter().all(|(k, v)| !v.contains(KEY) && k != "TEST_PROVIDER_KEY"), "key in {}'s env", a.decl.name);
+        let endpoint = a.grants.env.iter().find(|(k, _)| k == "MURMUR_INFERENCE_ENDPOINT").map(|(_, v)| v.clone());
+        assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:1"), "the driver sees only the unbound gateway address");
+    }
+    let dir = session.dir.clone();
+    session.shutdown().await;
+    for f in ["trace.jsonl", "conversation.jsonl", "out/result.txt"] {
+        let text = std::fs::read_to_string(dir.join(f)).expect("file");
+        assert!(!text.contains(KEY), "key leaked into {f}");
+    }
+    for f in frames {
+        assert!(!f.to_sse().contains(KEY), "key leaked into a frame");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_set_auth_header_is_replaced_not_forwarded() {
+    // The policy unit tests cover header stripping; here the real driver sets none and the stub
+    // sees exactly one credential header for a keyless gateway: none at all.
+    let stub = stub(vec![Turn::text("ok")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "hello").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok);
+    let req = &stub.requests()[0];
+    assert!(req.headers.iter().all(|(k, _)| k != "x-api-key" && k != "authorization"), "keyless sends no credential: {:?}", req.headers);
+    session.shutdown().await;
+}

@@ -1,0 +1,76 @@
+//! The agent loop's rules (CONTRACT §9): turns, tool dispatch in order, an undeclared tool goes
+//! back as an error result, max_turns, the files a session leaves, and frame order per task.
+
+use crate::common::*;
+use capsule_protocol::frame::{Frame, TaskState};
+use capsule_protocol::trace::ExitStatus;
+use capsule_stub::{Turn, ToolCall};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeclared_tool_goes_back_to_the_model_as_an_error_and_the_task_goes_on() {
+    let stub = stub(vec![Turn::tool_call("nope", json!({})), Turn::text("fine")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "x").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok);
+    let body = &stub.requests()[1].body;
+    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+    assert_eq!(last["content"][0]["is_error"], true);
+    assert!(last["content"][0]["content"].to_string().contains("not declared"), "{last}");
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_never_stops_calling_tools_ends_max_turns_reached() {
+    let stub = stub(vec![Turn::tool_call("nope", json!({})), Turn::tool_call("nope", json!({})), Turn::tool_call("nope", json!({}))]);
+    let cap = anthropic_capsule(&stub.url(), &[], "  max_turns: 2\n");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, frames) = run_task(&session, "x").await;
+    assert_eq!(outcome.exit_status, ExitStatus::MaxTurnsReached, "{}", outcome.message);
+    assert_eq!(stub.requests().len(), 2, "exactly max_turns calls were made");
+    let finals = frames.iter().filter(|f| matches!(f.frame, Frame::Status { is_final: true, .. })).count();
+    assert_eq!(finals, 1);
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
+    let calls = vec![
+        ToolCall { id: Some("c1".into()), name: "files".into(), input: json!({"op": "write", "path": "n.txt", "content": "1"}) },
+        ToolCall { id: Some("c2".into()), name: "files".into(), input: json!({"op": "read", "path": "n.txt"}) },
+    ];
+    let stub = stub(vec![Turn { text: Some("working".into()), tool_calls: Some(calls), ..Default::default() }, Turn::text("all done")]);
+    let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, frames) = run_task(&session, "x").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok);
+    let ids: Vec<u64> = frames.iter().filter_map(|f| f.id).collect();
+    assert!(ids.windows(2).all(|w| w[1] > w[0]), "ids strictly increase: {ids:?}");
+    let kinds: Vec<&str> = frames.iter().map(|f| f.frame.event_name()).collect();
+    let first_working = kinds.iter().position(|k| *k == "status").expect("working");
+    let started = kinds.iter().position(|k| *k == "tool-call-started").expect("started");
+    let first_artifact = kinds.iter().position(|k| *k == "artifact").expect("artifact");
+    let text_final = frames.iter().position(|f| matches!(f.frame, Frame::Text { is_final: true, .. })).expect("text final");
+    assert!(first_working < started && started < text_final && text_final < first_artifact, "{kinds:?}");
+    let progress_before: Vec<usize> = kinds.iter().enumerate().filter(|(_, k)| **k == "tool-call-progress").map(|(i, _)| i).collect();
+    assert!(progress_before.iter().all(|i| *i < first_artifact), "progress precedes artifacts: {kinds:?}");
+    let arts: Vec<_> = frames.iter().filter_map(|f| if let Frame::Artifact { artifact, .. } = &f.frame { artifact.tool_call_id.clone() } else { None }).collect();
+    assert_eq!(arts, vec!["c1".to_string(), "c2".to_string()]);
+    match &frames.last().expect("last").frame {
+        Frame::Status { status, is_final: true, .. } => {
+            assert_eq!(status.state, TaskState::Completed);
+            assert_eq!(status.response.as_deref(), Some("all done"));
+        }
+        other => panic!("last frame is not the final status: {other:?}"),
+    }
+    let dir = session.dir.clone();
+    session.shutdown().await;
+    let record: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("conversation.jsonl")).expect("record").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let roles: Vec<&str> = record.iter().map(|m| m["role"].as_str().unwrap_or("")).collect();
+    assert_eq!(roles, vec!["user", "assistant", "tool", "tool", "assistant"]);
+    let events: Vec<String> = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace").lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["event_type"].as_str().unwrap_or("").to_string()).collect();
+    for e in ["session_start", "task_start", "inference", "tool_call", "task_end", "session_end"] {
+        assert!(events.iter().any(|x| x == e), "trace lacks {e}: {events:?}");
+    }
+}

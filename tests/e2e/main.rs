@@ -1,0 +1,12 @@
+//! End-to-end tests: real components from `components/dist`, real loopback HTTP to the provider
+//! stub, the real actor tree, and the real `capsule` binary where the claim is about a process.
+//!
+//! One test binary with modules (each integration-test binary relinks wasmtime).
+
+mod adversarial;
+mod bad_input;
+mod common;
+mod demo;
+mod gateway;
+mod loop_rules;
+mod supervision;
