@@ -18,6 +18,8 @@ TARGET=wasm32-wasip2
 # Every crate of the workspace, in build order; the dist name is the crate name.
 CRATES=(
   driver-anthropic
+  driver-openai
+  driver-legacy
   tool-files
   guest-read-outside-scope
   guest-dial-unlisted-host

@@ -121,32 +121,6 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
         (None, None) => String::new(),
     };
 
-    let mut credentials = HashMap::new();
-    for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {
-        let gateway = if a.name == m.inference.driver.artifact { m.primary_gateway() } else { a.gateway.clone() };
-        let Some(g) = gateway else { continue };
-        match DriverCredential::resolve(&g, None, &opts.env) {
-            Ok(c) => {
-                credentials.insert(a.name.clone(), c);
-            }
-            Err(var) if a.name == m.inference.driver.artifact => {
-                return Err(Diagnostic::new(
-                    Code::CredentialUnresolved,
-                    format!("artifacts[{}].gateway.api_key", a.name),
-                    format!("the primary driver's credential `${{{var}}}` resolves nowhere (not in the environment)"),
-                    format!("export {var}=<key> before launching, or mark the gateway `keyless: true`"),
-                )
-                .into());
-            }
-            Err(var) => warnings.push(Diagnostic::new(
-                Code::AlternateUnavailable,
-                format!("artifacts[{}].gateway.api_key", a.name),
-                format!("driver `{}` is staged unavailable: credential `${{{var}}}` resolves nowhere", a.name),
-                format!("export {var} to make it available"),
-            )),
-        }
-    }
-
     let mut artifacts = Vec::new();
     for decl in &m.artifacts {
         let source = decl.source.as_deref().unwrap_or_default();
@@ -172,6 +146,33 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
         let grants = grants_for(&m, decl, &caps, opts, session_id)?;
         artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
     }
+    let mut credentials = HashMap::new();
+    for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {
+        let gateway = if a.name == m.inference.driver.artifact { m.primary_gateway() } else { a.gateway.clone() };
+        let Some(g) = gateway else { continue };
+        let upstream_auth = artifacts.iter().find(|r: &&ReadyArtifact| r.decl.name == a.name).and_then(|r| r.own.as_ref()).and_then(|o| o.upstream_auth.clone());
+        match DriverCredential::resolve(&g, upstream_auth, &opts.env) {
+            Ok(c) => {
+                credentials.insert(a.name.clone(), c);
+            }
+            Err(var) if a.name == m.inference.driver.artifact => {
+                return Err(Diagnostic::new(
+                    Code::CredentialUnresolved,
+                    format!("artifacts[{}].gateway.api_key", a.name),
+                    format!("the primary driver's credential `${{{var}}}` resolves nowhere (not in the environment)"),
+                    format!("export {var}=<key> before launching, or mark the gateway `keyless: true`"),
+                )
+                .into());
+            }
+            Err(var) => warnings.push(Diagnostic::new(
+                Code::AlternateUnavailable,
+                format!("artifacts[{}].gateway.api_key", a.name),
+                format!("driver `{}` is staged unavailable: credential `${{{var}}}` resolves nowhere", a.name),
+                format!("export {var} to make it available"),
+            )),
+        }
+    }
+
     Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone() })
 }
 

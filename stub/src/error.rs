@@ -43,6 +43,17 @@ pub enum StubError {
         #[source]
         source: Box<StubError>,
     },
+    /// A raw turn's `body_file` could not be read when the stub started.
+    #[error("cannot read the body file {} of raw turn {turn}", path.display())]
+    ReadRawBody {
+        /// The script turn (from 0).
+        turn: usize,
+        /// The file, as resolved.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The stub was started outside a tokio runtime.
     #[error("the stub must be started from inside a tokio runtime")]
     NoRuntime {

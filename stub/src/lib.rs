@@ -3,7 +3,8 @@
 //! The stub speaks two real wire formats, Anthropic Messages (`POST …/v1/messages`) and OpenAI
 //! Chat Completions (`POST …/chat/completions`), streaming (SSE) and not. Each model request is
 //! answered from the next [`Turn`] of a [`Script`]: text, thinking, tool calls, usage, or a
-//! scripted failure (HTTP error, garbage, a cut stream, an in-stream error, a delay). Every
+//! scripted failure (HTTP error, garbage, a cut stream, an in-stream error, a delay), or a
+//! recorded response replayed byte for byte ([`RawResponse`]). Every
 //! request is recorded ([`RecordedRequest`]) and readable in-process with
 //! [`StubHandle::requests`] or from another process at `GET /_stub/requests`.
 //!
@@ -25,6 +26,7 @@ mod cli;
 mod error;
 mod openai;
 mod plan;
+mod raw;
 mod record;
 mod script;
 mod server;
@@ -33,7 +35,7 @@ pub use cli::serve_cli;
 pub use error::StubError;
 pub use record::{Provider, RecordedRequest};
 pub use script::{
-    DEFAULT_CHUNK_CHARS, DEFAULT_DELTA_BYTES, HttpError, Script, StreamError, Thinking, ToolCall,
-    Turn, Usage,
+    DEFAULT_CHUNK_CHARS, DEFAULT_DELTA_BYTES, HttpError, RawResponse, Script, StreamError,
+    Thinking, ToolCall, Turn, Usage,
 };
 pub use server::{Stub, StubHandle};

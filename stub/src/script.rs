@@ -5,13 +5,15 @@
 //! with `serde-saphyr`, or built in code with the small constructors below.
 //!
 //! Guarantees: unknown keys are refused at every level, so a misspelt field is a parse error rather
-//! than a silently ignored instruction; [`Script::validate`] refuses chunk sizes of zero and HTTP
-//! statuses the HTTP stack cannot send, and every loading path runs it.
+//! than a silently ignored instruction; [`Script::validate`] refuses chunk sizes of zero, HTTP
+//! statuses the HTTP stack cannot send and raw turns that are ambiguous (see [`RawResponse`]), and
+//! every loading path runs it. A raw turn's relative `body_file` is resolved against the script
+//! file's folder by [`Script::load`], and used as given otherwise.
 //!
 //! Deliberately not here: anything about wire formats. This module only describes intent; the
 //! `anthropic` and `openai` modules decide how that intent looks on the wire.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +56,8 @@ impl Default for Script {
 /// One scripted answer. Every field is optional; an empty turn is an empty assistant message.
 ///
 /// Failure fields take precedence in this order: `http_error`, then `garbage`, then the normal
-/// answer (which `stream_error` and `cut_after_events` may interrupt).
+/// answer (which `stream_error` and `cut_after_events` may interrupt). A `raw` turn replaces the
+/// whole answer and may only be combined with `delay_ms`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Turn {
@@ -91,6 +94,108 @@ pub struct Turn {
     /// Wait this long after the request arrives before answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// Replay these exact bytes instead of rendering an answer: a recorded provider response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<RawResponse>,
+}
+
+/// A recorded response replayed byte for byte: the status, the content type and the body, sent
+/// as they are, in frames of `chunk_bytes` bytes.
+///
+/// Exactly one of `body_file` and `body` must be given. Frames are cut on byte counts alone, so a
+/// frame may end inside a multi-byte UTF-8 character; that is the point (clients must reassemble
+/// bytes before decoding). The stub never looks inside the body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResponse {
+    /// The HTTP status (default 200).
+    #[serde(default = "default_raw_status")]
+    pub status: u16,
+    /// The `content-type` header (default `text/event-stream`).
+    #[serde(default = "default_raw_content_type")]
+    pub content_type: String,
+    /// A file holding the body. A relative path is resolved against the script file's folder
+    /// when the script is loaded from a file ([`Script::load`]), and used as given otherwise. The
+    /// file is read when the stub starts, so a missing file is a start error, not a bad answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_file: Option<PathBuf>,
+    /// The body itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Send the body in frames of this many bytes, one frame at a time; absent sends the whole
+    /// body as one frame with a `content-length`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_bytes: Option<usize>,
+}
+
+fn default_raw_status() -> u16 {
+    200
+}
+
+fn default_raw_content_type() -> String {
+    "text/event-stream".to_owned()
+}
+
+impl RawResponse {
+    /// A 200 `text/event-stream` answer with this body, sent whole.
+    pub fn body(body: impl Into<String>) -> Self {
+        Self {
+            body: Some(body.into()),
+            ..Self::file_or_body()
+        }
+    }
+
+    /// A 200 `text/event-stream` answer with the bytes of this file, sent whole.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self {
+            body_file: Some(path.into()),
+            ..Self::file_or_body()
+        }
+    }
+
+    /// The defaults, with neither body source set.
+    fn file_or_body() -> Self {
+        Self {
+            status: default_raw_status(),
+            content_type: default_raw_content_type(),
+            body_file: None,
+            body: None,
+            chunk_bytes: None,
+        }
+    }
+
+    /// What is wrong with this raw answer, if anything.
+    fn problem(&self) -> Option<String> {
+        match (&self.body_file, &self.body) {
+            (Some(_), Some(_)) => {
+                return Some(
+                    "raw has both body_file and body; give exactly one of them".to_owned(),
+                );
+            }
+            (None, None) => {
+                return Some(
+                    "raw has neither body_file nor body; give exactly one of them".to_owned(),
+                );
+            }
+            _ => {}
+        }
+        if self.chunk_bytes == Some(0) {
+            return Some("raw.chunk_bytes must be at least 1".to_owned());
+        }
+        if axum::http::StatusCode::from_u16(self.status).is_err() {
+            return Some(format!(
+                "raw.status {} is not an HTTP status code",
+                self.status
+            ));
+        }
+        if axum::http::HeaderValue::from_str(&self.content_type).is_err() {
+            return Some(format!(
+                "raw.content_type {:?} cannot be sent as a header value",
+                self.content_type
+            ));
+        }
+        None
+    }
 }
 
 /// A thinking block: the reasoning text and the signature that vouches for it.
@@ -179,16 +284,31 @@ impl Script {
         Ok(script)
     }
 
-    /// Reads, parses and validates a script file. Errors name the file.
+    /// Reads, parses and validates a script file. Errors name the file. A raw turn's relative
+    /// `body_file` is resolved against the file's folder.
     pub fn load(path: &Path) -> Result<Self, StubError> {
         let text = std::fs::read_to_string(path).map_err(|source| StubError::ReadScriptFile {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|source| StubError::ScriptFile {
+        let mut script = Self::parse(&text).map_err(|source| StubError::ScriptFile {
             path: path.to_path_buf(),
             source: Box::new(source),
-        })
+        })?;
+        if let Some(folder) = path.parent() {
+            script.resolve_body_files(folder);
+        }
+        Ok(script)
+    }
+
+    /// Makes every relative raw `body_file` relative to `folder` instead.
+    fn resolve_body_files(&mut self, folder: &Path) {
+        let raws = self.turns.iter_mut().filter_map(|turn| turn.raw.as_mut());
+        for file in raws.filter_map(|raw| raw.body_file.as_mut()) {
+            if file.is_relative() {
+                *file = folder.join(&*file);
+            }
+        }
     }
 
     /// Checks what the type system cannot: non-zero chunk sizes and sendable HTTP statuses.
@@ -204,6 +324,20 @@ impl Script {
             });
         }
         for (index, turn) in self.turns.iter().enumerate() {
+            if let Some(raw) = &turn.raw {
+                if let Some(problem) = raw.problem() {
+                    return Err(StubError::InvalidScript {
+                        reason: format!("turn {index}: {problem}"),
+                    });
+                }
+                if let Some(field) = turn.answer_field() {
+                    return Err(StubError::InvalidScript {
+                        reason: format!(
+                            "turn {index}: raw replaces the whole answer, so {field} cannot be set beside it (only delay_ms can)"
+                        ),
+                    });
+                }
+            }
             if let Some(error) = &turn.http_error
                 && axum::http::StatusCode::from_u16(error.status).is_err()
             {
@@ -249,6 +383,31 @@ impl Turn {
             }]),
             ..Self::default()
         }
+    }
+
+    /// A turn that replays a recorded response.
+    pub fn raw(raw: RawResponse) -> Self {
+        Self {
+            raw: Some(raw),
+            ..Self::default()
+        }
+    }
+
+    /// The first field, other than `raw` and `delay_ms`, that shapes the answer, if any is set.
+    fn answer_field(&self) -> Option<&'static str> {
+        [
+            ("text", self.text.is_some()),
+            ("thinking", self.thinking.is_some()),
+            ("tool_calls", self.tool_calls.is_some()),
+            ("usage", self.usage.is_some()),
+            ("http_error", self.http_error.is_some()),
+            ("garbage", self.garbage.is_some()),
+            ("cut_after_events", self.cut_after_events.is_some()),
+            ("stream_error", self.stream_error.is_some()),
+            ("continuation_id", self.continuation_id.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(name, set)| set.then_some(name))
     }
 
     /// A turn that answers with an HTTP error status and a JSON body.
@@ -308,6 +467,86 @@ mod tests {
         assert!(Script::parse("turns: []\nchunk_chars: 0\n").is_err());
         assert!(Script::parse("turns: []\ndelta_bytes: 0\n").is_err());
         assert!(Script::parse("turns:\n  - http_error: {status: 42, body: '{}'}\n").is_err());
+    }
+
+    #[test]
+    fn a_raw_turn_needs_exactly_one_body_source() {
+        let both = Script::parse("turns:\n  - raw: {body: 'x', body_file: a.sse}\n")
+            .expect_err("both sources are refused");
+        assert!(
+            both.to_string().contains("both body_file and body"),
+            "{both}"
+        );
+        let neither =
+            Script::parse("turns:\n  - raw: {status: 200}\n").expect_err("no source is refused");
+        assert!(
+            neither.to_string().contains("neither body_file nor body"),
+            "{neither}"
+        );
+    }
+
+    #[test]
+    fn a_raw_turn_gets_status_200_and_an_event_stream_by_default() {
+        let script = Script::parse("turns:\n  - raw: {body: 'data: x'}\n").expect("valid");
+        assert_eq!(script.turns[0].raw, Some(RawResponse::body("data: x")));
+        let raw = RawResponse::body("");
+        assert_eq!(
+            (raw.status, raw.content_type.as_str()),
+            (200, "text/event-stream")
+        );
+    }
+
+    #[test]
+    fn a_raw_turn_refuses_zero_chunks_bad_headers_and_other_answer_fields() {
+        for (script, says) in [
+            (
+                "turns:\n  - raw: {body: x, chunk_bytes: 0}\n",
+                "chunk_bytes",
+            ),
+            ("turns:\n  - raw: {body: x, status: 42}\n", "raw.status 42"),
+            (
+                "turns:\n  - raw: {body: x, content_type: \"a\\nb\"}\n",
+                "content_type",
+            ),
+            (
+                "turns:\n  - raw: {body: x}\n    text: hi\n",
+                "text cannot be set",
+            ),
+            ("turns:\n  - raw: {body: x}\n    raw_typo: 1\n", ""),
+        ] {
+            let error = Script::parse(script).expect_err(script);
+            assert!(error.to_string().contains(says), "{script}: {error}");
+        }
+        assert!(Script::parse("turns:\n  - raw: {body: x}\n    delay_ms: 5\n").is_ok());
+    }
+
+    #[test]
+    fn a_relative_body_file_is_resolved_against_the_script_folder_only_when_loaded() {
+        let mut script = Script::new(vec![
+            Turn::raw(RawResponse::file("cases/a.sse")),
+            Turn::raw(RawResponse::file("/abs/b.sse")),
+        ]);
+        script.resolve_body_files(Path::new("/scripts"));
+        let files: Vec<_> = script
+            .turns
+            .iter()
+            .filter_map(|t| t.raw.as_ref()?.body_file.clone())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                PathBuf::from("/scripts/cases/a.sse"),
+                PathBuf::from("/abs/b.sse")
+            ]
+        );
+        let parsed = Script::parse("turns:\n  - raw: {body_file: cases/a.sse}\n").expect("valid");
+        assert_eq!(
+            parsed.turns[0]
+                .raw
+                .as_ref()
+                .and_then(|r| r.body_file.clone()),
+            Some(PathBuf::from("cases/a.sse"))
+        );
     }
 
     #[test]

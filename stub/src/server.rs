@@ -5,6 +5,8 @@
 //! request log as JSON; any other request gets a JSON 404 (or 405 for a provider path with
 //! another method). Every request except the log query itself is recorded.
 //!
+//! A raw turn's body is read when the stub starts and replayed as it is (see the `raw` module).
+//!
 //! Guarantees: streamed answers are a body stream yielding one frame per SSE event, giving the
 //! runtime a chance to run between events, so clients see each event as it is produced; a cut
 //! stream drops the connection (the body ends in an error, so HTTP/1.1 chunked framing is never
@@ -32,7 +34,7 @@ use tokio::task::JoinHandle;
 use crate::body::event_body;
 use crate::plan::Plan;
 use crate::record::{Entry, Recorder};
-use crate::{Provider, RecordedRequest, Script, StubError, anthropic, openai};
+use crate::{Provider, RecordedRequest, Script, StubError, anthropic, openai, raw};
 
 /// Largest request body the stub reads.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -58,11 +60,14 @@ pub struct StubHandle {
 pub(crate) struct Shared {
     pub(crate) script: Script,
     pub(crate) recorder: Recorder,
+    /// The bytes of each raw turn, read at start, by turn index.
+    pub(crate) raw_bodies: Vec<Option<Bytes>>,
 }
 
 impl Stub {
-    /// Validates `script`, binds `127.0.0.1` on a free port and serves on the current tokio
-    /// runtime. Returns once the socket is listening, so requests may be sent right away.
+    /// Validates `script`, reads the bodies of its raw turns, binds `127.0.0.1` on a free port and
+    /// serves on the current tokio runtime. Returns once the socket is listening, so requests may
+    /// be sent right away.
     pub fn start(script: Script) -> Result<StubHandle, StubError> {
         Self::start_on(script, 0)
     }
@@ -70,6 +75,7 @@ impl Stub {
     /// Like [`Stub::start`], on the given loopback port (0 picks a free one).
     pub fn start_on(script: Script, port: u16) -> Result<StubHandle, StubError> {
         script.validate()?;
+        let raw_bodies = raw::load_bodies(&script)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|source| StubError::NoRuntime { source })?;
         let wanted = SocketAddr::from(([127, 0, 0, 1], port));
@@ -85,6 +91,7 @@ impl Stub {
         let shared = Arc::new(Shared {
             script,
             recorder: Recorder::default(),
+            raw_bodies,
         });
         let app = Router::new()
             .route("/_stub/requests", get(list_requests))
@@ -263,6 +270,16 @@ async fn model_answer(
 
     if let Some(ms) = spec.delay_ms {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+
+    if let Some(replay) = &spec.raw {
+        let body = shared
+            .raw_bodies
+            .get(turn)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        return raw::answer(shared, entry, replay, body);
     }
 
     if let Some(error) = &spec.http_error {

@@ -6,3 +6,4 @@ mod anthropic;
 mod behaviour;
 mod client;
 mod openai;
+mod raw;

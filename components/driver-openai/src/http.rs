@@ -1,0 +1,209 @@
+//! One streaming HTTP POST through `wasi:http/outgoing-handler`.
+//!
+//! [`post`] sends a request body (written through the outgoing-body stream
+//! in pieces of at most 4096 bytes, the most one `blocking-write-and-flush`
+//! may take) and waits for the response head; [`Body::read`] then hands the
+//! response body over piece by piece as it arrives, so the caller can parse
+//! while the provider is still sending.
+//!
+//! Every failure is a `String` naming what failed; a transport error carries
+//! the `wasi:http` error code (for example `HttpRequestDenied` when the host
+//! policy refused the request, `ConnectionRefused`).
+//!
+//! Deliberately not done: no redirects are followed, no retries, no timeouts
+//! of its own (the host bounds every call), no auth header (the host gateway
+//! adds the credential).
+
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{
+    ErrorCode, Fields, IncomingBody, IncomingResponse, Method, OutgoingBody, OutgoingRequest, Scheme,
+};
+use wasip2::io::streams::{InputStream, StreamError};
+
+/// The most bytes one `blocking-write-and-flush` call may carry.
+const WRITE_CHUNK: usize = 4096;
+/// How many bytes to ask for per body read.
+const READ_CHUNK: u64 = 16 * 1024;
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub https: bool,
+    pub authority: String,
+    pub path: String,
+}
+
+/// `{endpoint}/chat/completions`, with one or more trailing slashes of the
+/// endpoint removed. The endpoint's own path is kept as it is (it usually
+/// ends in `/v1`); nothing is added but `/chat/completions`. No query.
+pub fn chat_completions_target(endpoint: &str) -> Result<Target, String> {
+    let endpoint = endpoint.trim();
+    let bad = |why: &str| Err(format!("MURMUR_INFERENCE_ENDPOINT `{endpoint}` {why}"));
+    let (https, rest) = if let Some(rest) = strip_prefix_ignore_case(endpoint, "https://") {
+        (true, rest)
+    } else if let Some(rest) = strip_prefix_ignore_case(endpoint, "http://") {
+        (false, rest)
+    } else {
+        return bad("must start with http:// or https://");
+    };
+    if rest.contains(['?', '#']) {
+        return bad("must not carry a query or fragment");
+    }
+    let (authority, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.is_empty() {
+        return bad("has no host");
+    }
+    let path = format!("{}/chat/completions", prefix.trim_end_matches('/'));
+    Ok(Target { https, authority: authority.to_string(), path })
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+}
+
+/// A response whose head has arrived; the body is read on demand.
+pub struct Response {
+    pub status: u16,
+    /// The `content-type` header, lower-cased; empty when absent.
+    pub content_type: String,
+    pub body: Body,
+}
+
+/// The response body stream. Field order matters: Rust drops fields in
+/// declaration order, and the host wants a child resource (the stream)
+/// dropped before its parent (the body, then the response).
+pub struct Body {
+    stream: InputStream,
+    _body: IncomingBody,
+    _response: IncomingResponse,
+}
+
+impl Body {
+    /// The next piece of the body, `None` at its end.
+    pub fn read(&mut self) -> Result<Option<Vec<u8>>, String> {
+        match self.stream.blocking_read(READ_CHUNK) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(StreamError::Closed) => Ok(None),
+            Err(StreamError::LastOperationFailed(e)) => {
+                let why = match wasip2::http::types::http_error_code(&e) {
+                    Some(code) => describe(&code),
+                    None => e.to_debug_string(),
+                };
+                Err(format!("reading the response body failed: {why}"))
+            }
+        }
+    }
+
+    /// Read the rest of the body, at most `cap` bytes; the flag says whether
+    /// more was left unread.
+    pub fn read_to_end(&mut self, cap: usize) -> Result<(Vec<u8>, bool), String> {
+        let mut all = Vec::new();
+        while let Some(bytes) = self.read()? {
+            all.extend_from_slice(&bytes);
+            if all.len() > cap {
+                all.truncate(cap);
+                return Ok((all, true));
+            }
+        }
+        Ok((all, false))
+    }
+}
+
+/// A `wasi:http` error code as text.
+pub fn describe(code: &ErrorCode) -> String {
+    format!("{code:?}")
+}
+
+/// POST `body` to `target` with `headers`; returns once the response head is in.
+pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Response, String> {
+    let list: Vec<(String, Vec<u8>)> =
+        headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
+    let fields = Fields::from_list(&list).map_err(|e| format!("invalid request header: {e:?}"))?;
+    let request = OutgoingRequest::new(fields);
+    let scheme = if target.https { Scheme::Https } else { Scheme::Http };
+    let accepted = request.set_method(&Method::Post).is_ok()
+        && request.set_scheme(Some(&scheme)).is_ok()
+        && request.set_authority(Some(&target.authority)).is_ok()
+        && request.set_path_with_query(Some(&target.path)).is_ok();
+    if !accepted {
+        return Err(format!("the request line was refused (authority `{}`, path `{}`)", target.authority, target.path));
+    }
+    let outgoing = request.body().map_err(|()| "the request body was already taken".to_string())?;
+    // Hand the request over first, then stream the body: the host may only
+    // start draining the body once it owns the request.
+    let future = outgoing_handler::handle(request, None).map_err(|code| format!("transport error: {}", describe(&code)))?;
+    let written = write_all(&outgoing, body);
+    let written = match written {
+        // `finish` tells the host the body is complete.
+        Ok(()) => OutgoingBody::finish(outgoing, None).map_err(|code| describe(&code)),
+        // Dropping without `finish` marks the body as broken, so a partial
+        // body is never passed off as a whole one.
+        Err(e) => {
+            drop(outgoing);
+            Err(e)
+        }
+    };
+    let pollable = future.subscribe();
+    pollable.block();
+    drop(pollable);
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        Some(Ok(Err(code))) => return Err(format!("transport error: {}", describe(&code))),
+        Some(Err(())) => return Err("the response was already taken".into()),
+        None => return Err(match written {
+            Err(e) => format!("writing the request body failed: {e}"),
+            Ok(()) => "the response never became ready".into(),
+        }),
+    };
+    drop(future);
+    let status = response.status();
+    let head = response.headers();
+    let content_type = head
+        .get("content-type")
+        .first()
+        .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    drop(head);
+    let incoming = response.consume().map_err(|()| "the response body was already taken".to_string())?;
+    let stream = incoming.stream().map_err(|()| "the response body stream was already taken".to_string())?;
+    Ok(Response { status, content_type, body: Body { stream, _body: incoming, _response: response } })
+}
+
+/// Write `body` through the outgoing stream, ≤ 4096 bytes per call.
+fn write_all(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
+    let stream = outgoing.write().map_err(|()| "the request body stream was already taken".to_string())?;
+    for chunk in body.chunks(WRITE_CHUNK) {
+        if let Err(e) = stream.blocking_write_and_flush(chunk) {
+            return Err(match e {
+                StreamError::Closed => "the connection closed".to_string(),
+                StreamError::LastOperationFailed(e) => match wasip2::http::types::http_error_code(&e) {
+                    Some(code) => describe(&code),
+                    None => e.to_debug_string(),
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        let t = chat_completions_target("https://api.openai.com/v1/").unwrap();
+        assert_eq!(t, Target { https: true, authority: "api.openai.com".into(), path: "/v1/chat/completions".into() });
+        let t = chat_completions_target("http://127.0.0.1:11434/v1").unwrap();
+        assert_eq!(t, Target { https: false, authority: "127.0.0.1:11434".into(), path: "/v1/chat/completions".into() });
+        let t = chat_completions_target("HTTP://127.0.0.1:9/").unwrap();
+        assert_eq!(t, Target { https: false, authority: "127.0.0.1:9".into(), path: "/chat/completions".into() });
+        assert!(chat_completions_target("ftp://x").is_err());
+        assert!(chat_completions_target("http:///v1").is_err());
+        assert!(chat_completions_target("http://x/v1?a=1").is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! `driver-openai`: a Murmur inference driver for OpenAI Chat Completions
+//! and the OpenAI-compatible servers (vLLM, llama.cpp, Ollama, …).
+//!
+//! One `run` call is one inference call. `tool-input.data` holds the
+//! runtime's neutral request (CONTRACT §3); the driver translates it
+//! ([`request`]), POSTs it to `{MURMUR_INFERENCE_ENDPOINT}/chat/completions`
+//! with `stream: true` ([`http`]), parses the server-sent events as the bytes
+//! arrive ([`sse`]), reports live progress through `murmur:stream/events` and
+//! builds the neutral response ([`assemble`], [`calls`]). A server that
+//! answers `application/json` instead of a stream is read as one whole
+//! `chat.completion`, with the same events for what it contains.
+//!
+//! The endpoint is used as given, minus trailing slashes: it carries its own
+//! version path (`https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`),
+//! so nothing but `/chat/completions` is appended.
+//!
+//! Result: `passed` with the neutral response in `data`; `failed` when the
+//! call failed (HTTP status, transport, stream or protocol error), with the
+//! message in `summary` and in `data.error`, `stop_reason: "error"` and any
+//! content received before the failure; `error` when the input itself or the
+//! driver environment is unusable (nothing was sent).
+//!
+//! Deliberately not done: no credential handling at all (no auth header; the
+//! host gateway adds the credential, and a keyless local server needs none),
+//! no provider-side conversation state (so no `continuation_id` is returned),
+//! no retries. Nothing here panics: every failure becomes a result.
+
+mod assemble;
+mod calls;
+mod http;
+mod request;
+mod sse;
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "murmur:worlds/driver@0.1.0",
+    generate_all,
+});
+
+use assemble::{Assembler, Outcome, Sink};
+use exports::murmur::tool::run::{Guest, Status, ToolInput, ToolResult};
+use murmur::stream::events;
+use serde_json::{Value, json};
+
+/// An error body longer than this is cut in the error message.
+const ERROR_BODY_CAP: usize = 16 * 1024;
+/// A non-streaming response larger than this is refused.
+const JSON_BODY_CAP: usize = 64 * 1024 * 1024;
+
+const HEADERS: [(&str, &str); 2] = [("content-type", "application/json"), ("accept", "text/event-stream")];
+
+struct Component;
+
+impl Guest for Component {
+    fn run(input: ToolInput) -> ToolResult {
+        match prepare(input.data.as_deref()) {
+            Ok((target, body)) => {
+                let mut assembler = Assembler::new(HostEvents);
+                call(&target, &body, &mut assembler);
+                outcome_result(assembler.finish())
+            }
+            Err(message) => input_error(message),
+        }
+    }
+}
+
+export!(Component);
+
+/// Everything that can go wrong before a request is sent.
+fn prepare(data: Option<&str>) -> Result<(http::Target, Vec<u8>), String> {
+    let data = data
+        .filter(|d| !d.trim().is_empty())
+        .ok_or("no input: tool-input.data must hold the neutral inference request JSON")?;
+    let req: Value = serde_json::from_str(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
+    let body = request::translate(&req).map_err(|e| format!("invalid inference request: {e}"))?;
+    let endpoint = std::env::var("MURMUR_INFERENCE_ENDPOINT")
+        .map_err(|e| format!("MURMUR_INFERENCE_ENDPOINT is unusable: {e}"))?;
+    let target = http::chat_completions_target(&endpoint)?;
+    let body = serde_json::to_vec(&body).map_err(|e| format!("cannot serialise the request: {e}"))?;
+    Ok((target, body))
+}
+
+/// Send the request and feed the answer to the assembler; failures go to it too.
+fn call<S: Sink>(target: &http::Target, body: &[u8], assembler: &mut Assembler<S>) {
+    let mut response = match http::post(target, &HEADERS, body) {
+        Ok(r) => r,
+        Err(e) => return assembler.fail(e),
+    };
+    if !(200..300).contains(&response.status) {
+        let text = match response.body.read_to_end(ERROR_BODY_CAP) {
+            Ok((bytes, cut)) => {
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                if cut { format!("{text}… (cut)") } else { text }
+            }
+            Err(e) => format!("(body unreadable: {e})"),
+        };
+        return assembler.fail(format!("HTTP {}: {}", response.status, text));
+    }
+    if response.content_type.starts_with("application/json") {
+        return whole_json(&mut response.body, assembler);
+    }
+    let mut parser = sse::Parser::new();
+    loop {
+        let done = match response.body.read() {
+            Ok(Some(bytes)) => feed(&mut parser, assembler, Some(&bytes)),
+            Ok(None) => feed(&mut parser, assembler, None),
+            Err(e) => return assembler.fail(e),
+        };
+        if done {
+            return;
+        }
+    }
+}
+
+/// Hand one read of the SSE body (`None`: the body ended) to the parser and
+/// the payloads it completes to the assembler. True when nothing more is
+/// needed. Event names are ignored: Chat Completions streams carry none.
+fn feed<S: Sink>(parser: &mut sse::Parser, assembler: &mut Assembler<S>, read: Option<&[u8]>) -> bool {
+    let events = match read {
+        Some(bytes) => parser.push(bytes),
+        None => parser.finish(),
+    };
+    let Ok(events) = events else {
+        assembler.fail("the response body is not valid UTF-8");
+        return true;
+    };
+    for event in events {
+        assembler.data(&event.data);
+        if assembler.is_finished() {
+            return true;
+        }
+    }
+    read.is_none()
+}
+
+/// A non-streaming (`application/json`) `chat.completion`.
+fn whole_json<S: Sink>(body: &mut http::Body, assembler: &mut Assembler<S>) {
+    let bytes = match body.read_to_end(JSON_BODY_CAP) {
+        Ok((_, true)) => return assembler.fail(format!("the response body is larger than {JSON_BODY_CAP} bytes")),
+        Ok((bytes, false)) => bytes,
+        Err(e) => return assembler.fail(e),
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return assembler.fail("the response body is not valid UTF-8");
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(value) => assembler.completion(&value),
+        Err(e) => assembler.fail(format!("the response body is not valid JSON: {e}")),
+    }
+}
+
+/// Live events go to the host's `murmur:stream/events`.
+struct HostEvents;
+
+impl Sink for HostEvents {
+    fn text(&mut self, chunk: &str) {
+        events::emit_chunk(chunk);
+    }
+    fn thinking(&mut self, chunk: &str) {
+        events::emit_thinking_chunk(chunk);
+    }
+    fn tool_started(&mut self, id: &str, name: &str) {
+        events::tool_call_started(id, name);
+    }
+    fn tool_bytes(&mut self, id: &str, bytes: u64) {
+        events::tool_call_input_bytes(id, bytes);
+    }
+}
+
+fn outcome_result(outcome: Outcome) -> ToolResult {
+    let data = Some(outcome.response.to_string());
+    match outcome.error {
+        None => result(Status::Passed, None, data),
+        Some(message) => result(Status::Failed, Some(message), data),
+    }
+}
+
+/// The input or environment is unusable: nothing was sent.
+fn input_error(message: String) -> ToolResult {
+    let data = json!({"stop_reason": "error", "content": [], "error": message}).to_string();
+    result(Status::Error, Some(message), Some(data))
+}
+
+fn result(status: Status, summary: Option<String>, data: Option<String>) -> ToolResult {
+    ToolResult { status, summary, data, data_path: None, truncated: false, metadata: Vec::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use assemble::tests::Record;
+
+    /// Reasoning, multi-byte text and two interleaved tool calls, then a
+    /// usage-only chunk; `\r\n` and `\n` line ends, `data:` with and without
+    /// a space, a comment line.
+    const BODY: &str = ": keep-alive\r\n\r\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"pla\u{f1}\"}}]}\r\n\r\n\
+        data:{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"h\u{e9}llo \u{1F600}\"}}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"files\",\"arguments\":\"\"}}]}}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"grep\",\"arguments\":\"{\\\"q\\\"\"}}]}}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"op\\\":\\\"l\u{ee}st\\\"}\"}}]}}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\":1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n\
+        data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n\
+        data: [DONE]\n\n";
+
+    fn run_split(body: &[u8], at: usize) -> (Outcome, Vec<String>) {
+        let mut rec = Record::default();
+        let mut parser = sse::Parser::new();
+        let mut assembler = Assembler::new(&mut rec);
+        if !feed(&mut parser, &mut assembler, Some(&body[..at])) && !feed(&mut parser, &mut assembler, Some(&body[at..])) {
+            feed(&mut parser, &mut assembler, None);
+        }
+        let out = assembler.finish();
+        (out, rec.0)
+    }
+
+    #[test]
+    fn a_body_split_anywhere_gives_the_same_response_and_events() {
+        let body = BODY.as_bytes();
+        for at in 0..=body.len() {
+            let (out, events) = run_split(body, at);
+            assert_eq!(out.error, None, "split at {at}");
+            assert_eq!(
+                out.response,
+                json!({"stop_reason": "tool_call", "content": [
+                    {"type": "thinking", "text": "pla\u{f1}", "signature": ""},
+                    {"type": "text", "text": "h\u{e9}llo \u{1F600}"},
+                    {"type": "tool_call", "id": "call_1", "name": "files", "input": {"op": "l\u{ee}st"}},
+                    {"type": "tool_call", "id": "call_2", "name": "grep", "input": {"q": 1}}],
+                    "usage": {"input_tokens": 3, "output_tokens": 5, "cached_tokens": 0}}),
+                "split at {at}"
+            );
+            assert_eq!(
+                events,
+                ["thinking pla\u{f1}", "text h\u{e9}llo \u{1F600}", "start call_1 files", "bytes call_1 0",
+                 "start call_2 grep", "bytes call_2 4", "bytes call_1 14", "bytes call_2 7"],
+                "split at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_cut_short_or_not_utf8_fails() {
+        let body = BODY.as_bytes();
+        let cut = &body[..body.len() - "data: [DONE]\n\n".len()];
+        for at in [0, 10, cut.len()] {
+            let (out, _) = run_split(cut, at);
+            assert_eq!(out.error.as_deref(), Some("stream ended before [DONE]"));
+            assert_eq!(out.response["stop_reason"], "error");
+            assert_eq!(out.response["content"][1]["text"], "h\u{e9}llo \u{1F600}");
+        }
+        let mut bad = body.to_vec();
+        bad.insert(40, 0xff);
+        assert_eq!(run_split(&bad, 5).0.error.as_deref(), Some("the response body is not valid UTF-8"));
+    }
+
+    #[test]
+    fn input_errors_are_status_error() {
+        for data in [None, Some(""), Some("{"), Some("{\"model\":\"m\"}")] {
+            let err = prepare(data).err().unwrap_or_default();
+            assert!(!err.is_empty(), "{data:?}");
+            let r = input_error(err.clone());
+            assert!(matches!(r.status, Status::Error));
+            let v: Value = serde_json::from_str(r.data.as_deref().unwrap_or("")).unwrap_or_default();
+            assert_eq!(v, json!({"stop_reason": "error", "content": [], "error": err}));
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Incremental Server-Sent Events parser (the same parser as
+//! `driver-anthropic`'s; Chat Completions streams use only `data:` lines).
+//!
+//! Bytes go in as they arrive from the network, in whatever pieces the
+//! transport hands over; complete events come out. The parser buffers
+//! *bytes*, never strings, so an event, a line or even a multi-byte UTF-8
+//! character split across two reads is reassembled before it is decoded.
+//!
+//! Follows the WHATWG event-stream rules that matter for an API client:
+//! lines end with `\r\n`, `\n` or `\r`; a leading byte-order mark is dropped;
+//! `:` starts a comment; `field: value` loses exactly one space after the
+//! colon (so `data:x` and `data: x` are the same); several `data` lines are
+//! joined with `\n`; a blank line dispatches the event; an event with no
+//! `data` line is not dispatched.
+//!
+//! Deliberately not done: `id` and `retry` are ignored (this client never
+//! reconnects), and an event left unterminated when the stream ends is
+//! discarded, as the standard says, so a truncated stream looks truncated.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The `event:` field, empty when the server sent none.
+    pub name: String,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+}
+
+/// A line that is not valid UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotUtf8;
+
+/// Parser state: the unfinished line plus the event being built.
+#[derive(Debug, Default)]
+pub struct Parser {
+    /// Bytes received but not yet ended by a line terminator.
+    pending: Vec<u8>,
+    /// Whether the very first line has been seen (for the BOM rule).
+    started: bool,
+    name: String,
+    data: String,
+    has_data: bool,
+}
+
+impl Parser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed the next bytes of the stream; returns every event they complete.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Event>, NotUtf8> {
+        self.pending.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        let mut start = 0;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let end_len = match self.pending[i] {
+                b'\n' => 1,
+                b'\r' => match self.pending.get(i + 1) {
+                    Some(b'\n') => 2,
+                    Some(_) => 1,
+                    // A `\r` as the last byte may be the first half of `\r\n`:
+                    // wait for the next read to decide.
+                    None => break,
+                },
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let line = self.pending[start..i].to_vec();
+            self.line(&line, &mut events)?;
+            i += end_len;
+            start = i;
+        }
+        self.pending.drain(..start);
+        Ok(events)
+    }
+
+    /// The stream has ended. A `\r` held back as possibly half of `\r\n`
+    /// ends its line after all; anything else unterminated is discarded, and
+    /// so is an event still waiting for its closing blank line.
+    pub fn finish(&mut self) -> Result<Vec<Event>, NotUtf8> {
+        let mut events = Vec::new();
+        let rest = std::mem::take(&mut self.pending);
+        if let Some(line) = rest.strip_suffix(b"\r") {
+            self.line(line, &mut events)?;
+        }
+        self.reset_event();
+        Ok(events)
+    }
+
+    fn line(&mut self, raw: &[u8], events: &mut Vec<Event>) -> Result<(), NotUtf8> {
+        let mut raw = raw;
+        if !self.started {
+            self.started = true;
+            raw = raw.strip_prefix("\u{feff}".as_bytes()).unwrap_or(raw);
+        }
+        let line = std::str::from_utf8(raw).map_err(|_| NotUtf8)?;
+        if line.is_empty() {
+            if self.has_data {
+                let mut data = std::mem::take(&mut self.data);
+                data.pop(); // the `\n` after the last data line
+                events.push(Event { name: std::mem::take(&mut self.name), data });
+            }
+            self.reset_event();
+            return Ok(());
+        }
+        if line.starts_with(':') {
+            return Ok(());
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.name = value.to_string(),
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+                self.has_data = true;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn reset_event(&mut self) {
+        self.name.clear();
+        self.data.clear();
+        self.has_data = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(name: &str, data: &str) -> Event {
+        Event { name: name.to_string(), data: data.to_string() }
+    }
+
+    /// Feed `input` split at every possible pair of points.
+    fn all_splits(input: &[u8]) -> Vec<Vec<Event>> {
+        let mut out = Vec::new();
+        for a in 0..=input.len() {
+            for b in a..=input.len() {
+                let mut p = Parser::new();
+                let mut got = Vec::new();
+                got.extend(p.push(&input[..a]).unwrap());
+                got.extend(p.push(&input[a..b]).unwrap());
+                got.extend(p.push(&input[b..]).unwrap());
+                got.extend(p.finish().unwrap());
+                out.push(got);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn line_endings_spaces_comments_and_multiline_data() {
+        let input = "\u{feff}: hello\r\nevent: a\r\ndata:{\"x\":1}\r\n\r\nevent:b\ndata: one\ndata:two\n\n\
+                     event: c\rdata: é✓\r\r";
+        for got in all_splits(input.as_bytes()) {
+            assert_eq!(got, vec![ev("a", "{\"x\":1}"), ev("b", "one\ntwo"), ev("c", "é✓")]);
+        }
+    }
+
+    #[test]
+    fn event_without_data_is_not_dispatched_and_unterminated_is_dropped() {
+        let mut p = Parser::new();
+        assert!(p.push(b"event: ping\n\nevent: x\ndata: 1\n").unwrap().is_empty());
+        assert!(p.finish().unwrap().is_empty());
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error() {
+        let mut p = Parser::new();
+        assert_eq!(p.push(b"data: \xff\n\n"), Err(NotUtf8));
+    }
+
+    #[test]
+    fn empty_data_line_dispatches_empty_data() {
+        let mut p = Parser::new();
+        assert_eq!(p.push(b"data\n\n").unwrap(), vec![ev("", "")]);
+    }
+}
