@@ -10,16 +10,19 @@ use capsule_runtime::{Host, HostOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::printer::{Printer, Style};
+use crate::printer::{self, Style};
+use capsule_protocol::frame::TaskState;
+use capsule_protocol::manifest::AfterTask;
+use std::sync::Arc;
 
 /// Options of `capsule run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// The capsule folder, or its murmur.yaml.
     pub capsule: PathBuf,
-    /// The task text.
+    /// The task text; without it the capsule serves its door and waits for tasks.
     #[arg(long)]
-    pub task: String,
+    pub task: Option<String>,
     /// Print a `ready` line, then one JSON object per frame.
     #[arg(long)]
     pub json: bool,
@@ -35,6 +38,12 @@ pub struct RunArgs {
     /// With --endpoint: the upstream needs no key (else the manifest's credential is kept).
     #[arg(long, requires = "endpoint")]
     pub keyless: bool,
+    /// The door's port on the bind address [default: an OS-chosen port].
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// The door's bind address.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: std::net::IpAddr,
 }
 
 /// The full cause chain of an error, one cause per `: `.
@@ -79,45 +88,90 @@ pub async fn run(args: RunArgs) -> ExitCode {
     run_with(host, args, over, std::env::vars().collect()).await
 }
 
-/// Run one task with a given host, gateway override and environment.
+async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Launch, serve the door, run the launch task (if any) or wait for door tasks, then exit as
+/// `lifecycle.after_task` says.
 pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
     let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&args.capsule)));
     let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override };
     let session = match Session::launch(opts).await {
-        Ok(s) => s,
+        Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {}", chain(&e));
             return ExitCode::from(2);
         }
     };
+    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, args.port)).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            session.shutdown().await;
+            return ExitCode::from(2);
+        }
+    };
     let style = if args.json { Style::Json } else { Style::Human };
+    if args.json {
+        println!("{}", serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url()}));
+    } else {
+        eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());
+    }
     for w in &session.warnings {
         eprintln!("warning: {w}");
     }
-    let printer = Printer::start(&session, style).await;
-    let outcome = session.submit(&args.task).await;
-    let result_path = session.dir.join("out").join("result.txt");
-    let code = match &outcome {
-        Ok(o) => {
-            printer.finish(&o.task_id).await;
-            if !args.json {
-                match o.exit_status {
-                    ExitStatus::Ok => {}
-                    _ => eprintln!("task {}: {}", o.exit_status.as_str(), o.message),
+    let mut finals = printer::start(&session, style).await;
+    let after = session.manifest.lifecycle.after_task();
+    let mut code = ExitCode::SUCCESS;
+    if let Some(task) = &args.task {
+        match session.submit(task).await {
+            Ok(o) => {
+                while let Some((id, _)) = finals.recv().await {
+                    if id == o.task_id {
+                        break;
+                    }
+                }
+                if !args.json && o.exit_status != ExitStatus::Ok {
+                    eprintln!("task {}: {}", o.exit_status.as_str(), o.message);
+                }
+                if o.exit_status != ExitStatus::Ok {
+                    code = ExitCode::from(1);
                 }
             }
-            if o.exit_status == ExitStatus::Ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            Err(e) => {
+                eprintln!("error: {}", chain(&e));
+                code = ExitCode::from(1);
+            }
         }
-        Err(e) => {
-            eprintln!("error: {}", chain(e));
-            ExitCode::from(1)
-        }
-    };
-    if !args.json {
-        eprintln!("session {} · result {}", session.session_id, result_path.display());
-    } else {
-        eprintln!("result {}", result_path.display());
     }
+    let keep_serving = args.task.is_none() || after == AfterTask::Sleep;
+    if keep_serving {
+        if after == AfterTask::Exit && args.task.is_none() {
+            tokio::select! {
+                _ = stop_signal() => {}
+                _ = async { while let Some((_, state)) = finals.recv().await { if state != TaskState::Rejected { break; } } } => {}
+            }
+        } else {
+            stop_signal().await;
+        }
+    }
+    let result_path = session.dir.join("out").join("result.txt");
+    eprintln!("session {} · result {}", session.session_id, result_path.display());
     session.shutdown().await;
+    door.close();
     code
 }

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         match cli.command {
             Command::Run(args) => cli_run::run(args).await,
             Command::Demo(args) => demo::demo(args).await,
@@ -58,5 +58,12 @@ fn main() -> ExitCode {
                 }
             },
         }
-    })
+    });
+    if std::env::var_os("CAPSULE_PRINT_PEAK_RSS").is_some() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if let Some(line) = status.lines().find(|l| l.starts_with("VmHWM:")) {
+            eprintln!("peak_rss {}", line.trim_start_matches("VmHWM:").trim());
+        }
+    }
+    code
 }

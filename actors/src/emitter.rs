@@ -32,6 +32,8 @@ pub enum EmitterMsg {
     },
     /// The last id assigned.
     LastId(RpcReplyPort<u64>),
+    /// The session is ending: send `capsule-closed` to every subscriber and end their streams.
+    Close(RpcReplyPort<()>),
 }
 
 struct Subscriber {
@@ -123,6 +125,14 @@ impl Actor for Emitter {
                 }
                 state.subscribers.push(sub);
                 let _ = reply.send(rx);
+            }
+            EmitterMsg::Close(reply) => {
+                let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
+                for s in &mut state.subscribers {
+                    let _ = s.tx.try_send(closed.clone());
+                }
+                state.subscribers.clear();
+                let _ = reply.send(());
             }
             EmitterMsg::LastId(reply) => {
                 let _ = reply.send(state.next_id.load(Ordering::SeqCst) - 1);

@@ -18,6 +18,7 @@
 pub mod agent_loop;
 pub mod coalescer;
 pub mod credentials;
+pub mod door;
 pub mod emitter;
 pub mod error;
 pub mod gateway;

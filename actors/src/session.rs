@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::agent_loop::{LoopConfig, LoopMsg};
+use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskRecord};
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
 use crate::gateway::{GatewayArgs, GatewayMsg};
@@ -43,12 +43,6 @@ pub struct TaskOutcome {
     pub result_path: PathBuf,
 }
 
-impl TaskOutcome {
-    pub(crate) fn rejected(message: &str) -> Self {
-        TaskOutcome { task_id: String::new(), context_id: String::new(), exit_status: ExitStatus::Failed, message: message.into(), result_path: PathBuf::new() }
-    }
-}
-
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -67,6 +61,8 @@ pub struct Session {
     pub workdir: PathBuf,
     /// Launch warnings (already in the trace).
     pub warnings: Vec<capsule_protocol::Diagnostic>,
+    /// The capsule manifest (for the agent card and lifecycle).
+    pub manifest: Arc<capsule_protocol::Manifest>,
     supervisor: ActorRef<SupervisorMsg>,
 }
 
@@ -93,6 +89,8 @@ impl Session {
             tools: tool_specs(&prepared),
             out_dir,
             call_timeout: Duration::from_secs(deadline + 30),
+            acceptance: m.lifecycle.task_acceptance,
+            queue_depth: m.lifecycle.queue_depth as usize,
         };
         let mut children = vec![
             ChildSpec::Journal(JournalArgs { trace_path: dir.join("trace.jsonl"), conversation_path: dir.join("conversation.jsonl") }),
@@ -120,7 +118,7 @@ impl Session {
         let (supervisor, _) = Actor::spawn(Some(names::name(&session_id, role::SUPERVISOR)), CapsuleSupervisor, SupervisorArgs { session_id: session_id.clone(), children })
             .await
             .map_err(|source| LaunchError::Spawn { role: role::SUPERVISOR.into(), source })?;
-        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: prepared.warnings.clone(), supervisor };
+        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: prepared.warnings.clone(), manifest: Arc::new(prepared.manifest.clone()), supervisor };
         let artifacts: Vec<_> = prepared
             .artifacts
             .iter()
@@ -143,10 +141,40 @@ impl Session {
         }
     }
 
-    /// Submit a task and wait for it to end.
+    /// Submit the launch task and wait for it to end.
     pub async fn submit(&self, text: &str) -> Result<TaskOutcome, SessionError> {
         let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l.call(|reply| LoopMsg::Submit { text: text.to_string(), context_id: None, reply }, None).await {
+        match l.call(|reply| LoopMsg::Submit { text: text.to_string(), context_id: None, origin: Origin::Launch, accepted: None, reply: Some(reply) }, None).await {
+            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
+            _ => Err(SessionError::LoopDown),
+        }
+    }
+
+    /// Submit a task from a door client: answers as soon as it is accepted, queued or
+    /// rejected; the returned receiver answers when it ends.
+    pub async fn submit_from_door(&self, text: &str, context_id: Option<String>) -> Result<(TaskRecord, oneshot::Receiver<TaskOutcome>), SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        let (acc_tx, acc_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let port: ractor::RpcReplyPort<TaskOutcome> = done_tx.into();
+        l.cast(LoopMsg::Submit { text: text.to_string(), context_id, origin: Origin::Door, accepted: Some(acc_tx), reply: Some(port) }).map_err(|_| SessionError::LoopDown)?;
+        let record = acc_rx.await.map_err(|_| SessionError::LoopDown)?;
+        Ok((record, done_rx))
+    }
+
+    /// A task's record.
+    pub async fn get_task(&self, id: &str) -> Result<Option<TaskRecord>, SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        match l.call(|reply| LoopMsg::GetTask { id: id.to_string(), reply }, Some(Duration::from_secs(10))).await {
+            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
+            _ => Err(SessionError::LoopDown),
+        }
+    }
+
+    /// Cancel a task.
+    pub async fn cancel(&self, id: &str) -> Result<Option<TaskRecord>, SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        match l.call(|reply| LoopMsg::Cancel { id: id.to_string(), reply }, Some(Duration::from_secs(30))).await {
             Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
             _ => Err(SessionError::LoopDown),
         }
@@ -179,10 +207,13 @@ impl Session {
         lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS)).is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())
     }
 
-    /// Write `session_end`, flush, and stop the tree.
-    pub async fn shutdown(self) {
+    /// Write `session_end`, tell watchers `capsule-closed`, flush, and stop the tree.
+    pub async fn shutdown(&self) {
         if let Some(l) = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)) {
             let _ = l.call(LoopMsg::EndSession, Some(Duration::from_secs(30))).await;
+        }
+        if let Some(e) = lookup::<EmitterMsg>(&names::name(&self.session_id, role::EMITTER)) {
+            let _ = e.call(EmitterMsg::Close, Some(Duration::from_secs(5))).await;
         }
         let _ = self.supervisor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }

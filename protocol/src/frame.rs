@@ -178,10 +178,11 @@ impl Frame {
         }
     }
 
-    /// Whether this frame gets a session-wide id and a place in the replay ring
-    /// (`gap`, `lagged` and `connection-ack` are per connection).
+    /// Whether this frame gets a session-wide id and a place in the replay ring. `gap`,
+    /// `lagged`, `connection-ack`, `capsule-closed` and `error` concern one connection and
+    /// carry no id.
     pub fn is_id_bearing(&self) -> bool {
-        !matches!(self, Frame::Gap { .. } | Frame::Lagged { .. } | Frame::ConnectionAck { .. })
+        !matches!(self, Frame::Gap { .. } | Frame::Lagged { .. } | Frame::ConnectionAck { .. } | Frame::CapsuleClosed {} | Frame::Error { .. })
     }
 }
 

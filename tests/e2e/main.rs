@@ -7,6 +7,7 @@ mod adversarial;
 mod bad_input;
 mod common;
 mod demo;
+mod door;
 mod gateway;
 mod loop_rules;
 mod supervision;

@@ -12,9 +12,11 @@
 //! is emitted after the trace and conversation are flushed, and exactly once per attempt
 //! (the running task is taken out of the state when it finishes).
 
+mod intake;
 mod task;
 
-use capsule_protocol::frame::{Frame, StatusBody, TaskState};
+use capsule_protocol::frame::TaskState;
+use capsule_protocol::manifest::TaskAcceptance;
 use capsule_protocol::neutral::{Message, ToolSpec};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
@@ -24,16 +26,63 @@ use crate::session::TaskOutcome;
 use crate::tools::ToolRunReply;
 pub use task::Running;
 
+/// Who submitted a task: `lifecycle.task_acceptance: none` accepts only the launch task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The task given at launch (`capsule run --task`).
+    Launch,
+    /// A client of the door.
+    Door,
+}
+
+/// A task as `tasks/get` reports it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TaskRecord {
+    /// Task id.
+    pub id: String,
+    /// Context id.
+    pub context_id: String,
+    /// Current state.
+    pub state: TaskState,
+    /// Status message.
+    pub message: String,
+    /// The reply, once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+}
+
+/// Answered when a submitted task is accepted (or rejected), before it runs.
+pub type Accepted = tokio::sync::oneshot::Sender<TaskRecord>;
+
 /// Messages.
 pub enum LoopMsg {
-    /// Submit a task (a user message); answered when it ends.
+    /// Submit a task (a user message); `reply` is answered when it ends, `accepted` as soon as
+    /// it is accepted, queued or rejected.
     Submit {
         /// The text.
         text: String,
         /// Context id to continue, when any.
         context_id: Option<String>,
-        /// Answer.
-        reply: RpcReplyPort<TaskOutcome>,
+        /// Who submits.
+        origin: Origin,
+        /// Answer when accepted.
+        accepted: Option<Accepted>,
+        /// Answer when ended.
+        reply: Option<RpcReplyPort<TaskOutcome>>,
+    },
+    /// A task's record (`tasks/get`).
+    GetTask {
+        /// Task id.
+        id: String,
+        /// Answer (`None` for an unknown id).
+        reply: RpcReplyPort<Option<TaskRecord>>,
+    },
+    /// Cancel a task (`tasks/cancel`): the running one ends `canceled`, a queued one is dropped.
+    Cancel {
+        /// Task id.
+        id: String,
+        /// Answer: the record after the cancel, or `None` for an unknown id.
+        reply: RpcReplyPort<Option<TaskRecord>>,
     },
     /// A driver call ended.
     InferenceDone {
@@ -78,6 +127,17 @@ pub struct LoopConfig {
     pub out_dir: PathBuf,
     /// Upper bound on one driver call as seen by the loop (the driver's deadline plus margin).
     pub call_timeout: std::time::Duration,
+    /// `lifecycle.task_acceptance`.
+    pub acceptance: TaskAcceptance,
+    /// `lifecycle.queue_depth`.
+    pub queue_depth: usize,
+}
+
+/// A submitted task waiting behind the running one.
+pub struct Queued {
+    pub(crate) record: TaskRecord,
+    pub(crate) text: String,
+    pub(crate) reply: Option<RpcReplyPort<TaskOutcome>>,
 }
 
 /// State.
@@ -86,6 +146,8 @@ pub struct LoopState {
     pub(crate) conversation: Vec<Message>,
     pub(crate) running: Option<Running>,
     pub(crate) attempts: u64,
+    pub(crate) queue: std::collections::VecDeque<Queued>,
+    pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
 }
 
 /// The actor.
@@ -97,33 +159,31 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0 })
+        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default() })
     }
 
     async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
         match msg {
-            LoopMsg::Submit { text, context_id, reply } => {
-                if state.running.is_some() {
-                    let outcome = TaskOutcome::rejected("the capsule is busy with another task; submit again when it ends");
-                    state.emit(Frame::Status {
-                        id: outcome.task_id.clone(),
-                        context_id: context_id.unwrap_or_default(),
-                        status: StatusBody { state: TaskState::Rejected, message: outcome.message.clone(), response: None },
-                        is_final: true,
-                    });
-                    let _ = reply.send(outcome);
-                    return Ok(());
-                }
-                state.start_task(&myself, text, context_id, reply).await;
+            LoopMsg::Submit { text, context_id, origin, accepted, reply } => {
+                state.submit(&myself, text, context_id, origin, accepted, reply).await;
+            }
+            LoopMsg::GetTask { id, reply } => {
+                let _ = reply.send(state.tasks.get(&id).cloned());
+            }
+            LoopMsg::Cancel { id, reply } => {
+                let r = state.cancel(&myself, &id).await;
+                let _ = reply.send(r);
             }
             LoopMsg::InferenceDone { attempt, reply } => {
                 if state.running.as_ref().is_some_and(|r| r.attempt == attempt) {
                     state.on_inference(&myself, *reply).await;
+                    state.start_queued(&myself).await;
                 }
             }
             LoopMsg::ToolDone { attempt, reply } => {
                 if state.running.as_ref().is_some_and(|r| r.attempt == attempt) {
                     state.on_tool_done(&myself, reply).await;
+                    state.start_queued(&myself).await;
                 }
             }
             LoopMsg::EndSession(reply) => {

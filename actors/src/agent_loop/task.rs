@@ -7,7 +7,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-use super::{LoopMsg, LoopState};
+use super::{LoopMsg, LoopState, TaskRecord};
 use crate::coalescer::CoalescerMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
@@ -31,10 +31,6 @@ pub struct Running {
     pub(crate) calls: Vec<(String, String, serde_json::Value)>,
     pub(crate) next_call: usize,
     pub(crate) call_started: Instant,
-}
-
-fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7())
 }
 
 impl LoopState {
@@ -67,15 +63,15 @@ impl LoopState {
         }
     }
 
-    pub(crate) async fn start_task(&mut self, myself: &ActorRef<LoopMsg>, text: String, context_id: Option<String>, reply: RpcReplyPort<TaskOutcome>) {
+    pub(crate) async fn start_task(&mut self, myself: &ActorRef<LoopMsg>, record: TaskRecord, text: String, reply: Option<RpcReplyPort<TaskOutcome>>) {
         self.attempts += 1;
         let now = Instant::now();
         let running = Running {
-            task_id: new_id("tsk"),
-            context_id: context_id.unwrap_or_else(|| new_id("ctx")),
+            task_id: record.id,
+            context_id: record.context_id,
             attempt: self.attempts,
             turn: 0,
-            reply: Some(reply),
+            reply,
             started: now,
             turn_started: now,
             calls: Vec::new(),
@@ -253,7 +249,7 @@ impl LoopState {
         self.run_next_call(myself).await;
     }
 
-    async fn finish(&mut self, status: ExitStatus, text: String) {
+    pub(crate) async fn finish(&mut self, status: ExitStatus, text: String) {
         let Some(mut r) = self.running.take() else { return };
         let result_text = if status == ExitStatus::Ok { text.clone() } else { format!("error: {text}") };
         let result_path = self.config.out_dir.join("result.txt");
@@ -272,6 +268,7 @@ impl LoopState {
             _ => (TaskState::Failed, None, text.clone()),
         };
         self.emit(Frame::Status { id: r.task_id.clone(), context_id: r.context_id.clone(), status: StatusBody { state, message: message.clone(), response }, is_final: true });
+        self.tasks.insert(r.task_id.clone(), TaskRecord { id: r.task_id.clone(), context_id: r.context_id.clone(), state, message: message.clone(), response: if status == ExitStatus::Ok { Some(text.clone()) } else { None } });
         let outcome = TaskOutcome { task_id: r.task_id.clone(), context_id: r.context_id.clone(), exit_status: status, message: if status == ExitStatus::Ok { text } else { message }, result_path };
         if let Some(reply) = r.reply.take() {
             let _ = reply.send(outcome);

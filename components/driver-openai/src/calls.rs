@@ -79,10 +79,8 @@ impl Calls {
             call.id = id.to_string();
             call.made_up_id = false;
         }
-        if call.name.is_empty() {
-            if let Some(name) = piece.name {
-                call.name = name.to_string();
-            }
+        if let (true, Some(name)) = (call.name.is_empty(), piece.name) {
+            call.name = name.to_string();
         }
         if !call.started && !call.name.is_empty() {
             call.started = true;

@@ -1,0 +1,97 @@
+//! Accepting, queueing, rejecting and canceling tasks (`lifecycle.task_acceptance`,
+//! `lifecycle.queue_depth`, `tasks/cancel`). Every task gets a record that `tasks/get` answers
+//! from, including rejected and canceled ones.
+
+use capsule_protocol::frame::{Frame, StatusBody, TaskState};
+use capsule_protocol::manifest::TaskAcceptance;
+use capsule_protocol::trace::ExitStatus;
+use ractor::{ActorRef, RpcReplyPort};
+
+use super::{Accepted, LoopMsg, LoopState, Origin, Queued, TaskRecord};
+use crate::session::TaskOutcome;
+
+pub(crate) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7())
+}
+
+impl LoopState {
+    fn final_frame(&self, r: &TaskRecord) {
+        self.emit(Frame::Status {
+            id: r.id.clone(),
+            context_id: r.context_id.clone(),
+            status: StatusBody { state: r.state, message: r.message.clone(), response: r.response.clone() },
+            is_final: r.state.is_final(),
+        });
+    }
+
+    pub(crate) async fn submit(&mut self, myself: &ActorRef<LoopMsg>, text: String, context_id: Option<String>, origin: Origin, accepted: Option<Accepted>, reply: Option<RpcReplyPort<TaskOutcome>>) {
+        let mut record = TaskRecord { id: new_id("tsk"), context_id: context_id.unwrap_or_else(|| new_id("ctx")), state: TaskState::Working, message: "accepted".into(), response: None };
+        let refusal = if origin == Origin::Door && self.config.acceptance == TaskAcceptance::None {
+            Some("this capsule takes no tasks over its door (lifecycle.task_acceptance: none)".to_string())
+        } else if self.running.is_some() {
+            match self.config.acceptance {
+                TaskAcceptance::Queue if self.queue.len() < self.config.queue_depth => None,
+                TaskAcceptance::Queue => Some(format!("the capsule is busy and its queue is full ({} waiting, lifecycle.queue_depth); submit again later", self.queue.len())),
+                _ => Some("the capsule is busy with another task (lifecycle.task_acceptance: single); submit again when it ends".to_string()),
+            }
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            record.state = TaskState::Rejected;
+            record.message = why.clone();
+            self.tasks.insert(record.id.clone(), record.clone());
+            self.final_frame(&record);
+            if let Some(a) = accepted {
+                let _ = a.send(record.clone());
+            }
+            if let Some(r) = reply {
+                let _ = r.send(TaskOutcome { task_id: record.id, context_id: record.context_id, exit_status: ExitStatus::Failed, message: why, result_path: Default::default() });
+            }
+            return;
+        }
+        if self.running.is_some() {
+            record.message = format!("queued behind the running task (position {})", self.queue.len() + 1);
+            self.tasks.insert(record.id.clone(), record.clone());
+            self.final_frame(&record);
+            if let Some(a) = accepted {
+                let _ = a.send(record.clone());
+            }
+            self.queue.push_back(Queued { record, text, reply });
+            return;
+        }
+        self.tasks.insert(record.id.clone(), record.clone());
+        if let Some(a) = accepted {
+            let _ = a.send(record.clone());
+        }
+        self.start_task(myself, record, text, reply).await;
+    }
+
+    /// Start the next queued task, if any (after one ended).
+    pub(crate) async fn start_queued(&mut self, myself: &ActorRef<LoopMsg>) {
+        if self.running.is_none() {
+            if let Some(q) = self.queue.pop_front() {
+                self.start_task(myself, q.record, q.text, q.reply).await;
+            }
+        }
+    }
+
+    pub(crate) async fn cancel(&mut self, myself: &ActorRef<LoopMsg>, id: &str) -> Option<TaskRecord> {
+        if self.running.as_ref().is_some_and(|r| r.task_id == id) {
+            self.finish(ExitStatus::Canceled, "canceled by a client".into()).await;
+            self.start_queued(myself).await;
+        } else if let Some(pos) = self.queue.iter().position(|q| q.record.id == id) {
+            if let Some(mut q) = self.queue.remove(pos) {
+                q.record.state = TaskState::Canceled;
+                q.record.message = "canceled by a client before it started".into();
+                self.tasks.insert(q.record.id.clone(), q.record.clone());
+                self.final_frame(&q.record);
+                if let Some(r) = q.reply.take() {
+                    let rec = q.record;
+                    let _ = r.send(TaskOutcome { task_id: rec.id, context_id: rec.context_id, exit_status: ExitStatus::Canceled, message: rec.message, result_path: Default::default() });
+                }
+            }
+        }
+        self.tasks.get(id).cloned()
+    }
+}

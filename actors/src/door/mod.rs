@@ -1,0 +1,84 @@
+//! The door: each capsule's HTTP listener on loopback (CONTRACT §10). It translates requests
+//! into messages to the session's actors and frames into SSE; it holds no state of its own.
+//!
+//! - `GET /.well-known/agent-card.json`: who this capsule is.
+//! - `POST /`: JSON-RPC 2.0 — `message/send`, `message/stream`, `stream/watch`, `tasks/get`,
+//!   `tasks/cancel`. A body that is not JSON-RPC gets the JSON-RPC error code for what is wrong.
+//!
+//! SSE frames are written exactly as `id:`, `event:`, one-line `data:`, blank line, with a
+//! `:heartbeat` comment every [`HEARTBEAT`]. A reader that does not read never stalls the
+//! others: each connection has its own bounded queue at the emitter.
+
+mod methods;
+mod rpc;
+mod sse;
+
+use axum::Router;
+use axum::routing::{get, post};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::session::Session;
+
+/// Time between heartbeat comments on an SSE stream.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// The router, without a socket (tests drive it directly).
+pub fn app(session: Arc<Session>) -> Router {
+    Router::new()
+        .route("/.well-known/agent-card.json", get(methods::agent_card))
+        .route("/", post(methods::rpc))
+        .with_state(session)
+}
+
+/// Why the door could not open.
+#[derive(Debug, thiserror::Error)]
+#[error("E-RUN-061: cannot listen on {addr}; choose another --port or --bind")]
+pub struct DoorError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// A running door.
+pub struct Door {
+    /// The bound address.
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl Door {
+    /// The URL clients use.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting connections.
+    pub fn close(&self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// Bind `addr` (port 0 for an OS-chosen port) and serve the door until [`Door::close`].
+pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, DoorError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DoorError { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| DoorError { addr, source })?;
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let router = app(session);
+    tokio::spawn(async move {
+        let stop = async move {
+            while !*rx.borrow() {
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
+            tracing::error!(error = %e, "door stopped");
+        }
+    });
+    Ok(Door { addr: bound, shutdown: tx })
+}

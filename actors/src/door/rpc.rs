@@ -1,0 +1,97 @@
+//! JSON-RPC 2.0 envelopes and errors.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Standard codes.
+pub mod code {
+    /// The body is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON is not a JSON-RPC request.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Wrong params.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The runtime could not serve it.
+    pub const INTERNAL: i64 = -32603;
+    /// The task id is unknown.
+    pub const TASK_NOT_FOUND: i64 = -32001;
+}
+
+/// A request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// Must be "2.0".
+    pub jsonrpc: String,
+    /// Method name.
+    pub method: String,
+    /// Params.
+    #[serde(default)]
+    pub params: Value,
+    /// Id (absent for a notification; we answer anyway with null).
+    #[serde(default)]
+    pub id: Value,
+}
+
+/// A message part.
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    /// Text.
+    pub text: Option<String>,
+}
+
+/// `params.message`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageParam {
+    /// Client's id for the message (accepted for A2A compatibility; not used).
+    #[allow(dead_code, reason = "part of the message shape clients send; nothing needs it yet")]
+    pub message_id: Option<String>,
+    /// Must be `user`.
+    pub role: Option<String>,
+    /// Parts; text parts are joined.
+    pub parts: Vec<Part>,
+    /// Context to continue.
+    pub context_id: Option<String>,
+}
+
+/// `message/send` and `message/stream` params.
+#[derive(Debug, Deserialize)]
+pub struct SendParams {
+    /// The message.
+    pub message: MessageParam,
+}
+
+/// `tasks/get` and `tasks/cancel` params.
+#[derive(Debug, Deserialize)]
+pub struct TaskIdParams {
+    /// Task id.
+    pub id: String,
+}
+
+/// A success envelope.
+pub fn ok(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// An error envelope.
+pub fn err(id: &Value, code: i64, message: impl Into<String>) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
+}
+
+impl SendParams {
+    /// The joined text, or why the message cannot become a task.
+    pub fn text(&self) -> Result<String, String> {
+        if let Some(role) = &self.message.role {
+            if role != "user" {
+                return Err(format!("message.role is `{role}`; only `user` messages become tasks"));
+            }
+        }
+        let text: Vec<&str> = self.message.parts.iter().filter_map(|p| p.text.as_deref()).collect();
+        if text.is_empty() {
+            return Err("message.parts has no text part; send parts: [{\"text\": \"…\"}]".into());
+        }
+        Ok(text.join("\n"))
+    }
+}

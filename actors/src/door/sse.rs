@@ -1,0 +1,83 @@
+//! SSE bodies: frames from a subscription, written as `id:`/`event:`/`data:` lines, with a
+//! heartbeat comment while idle, ending after a chosen frame or when the capsule closes.
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use capsule_protocol::frame::{Frame, NumberedFrame};
+use tokio::sync::mpsc;
+
+use super::HEARTBEAT;
+
+/// When a stream ends by itself.
+pub enum Until {
+    /// Never (watch): only when the capsule closes or the client leaves.
+    Closed,
+    /// After the final status of this task.
+    FinalOf(String),
+}
+
+/// A `text/event-stream` response.
+pub fn response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::OK;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// A stream of the given leading frames, then the subscription's frames.
+pub fn stream(lead: Vec<NumberedFrame>, mut rx: mpsc::Receiver<NumberedFrame>, until: Until, only_task: Option<String>) -> Body {
+    let (tx, out) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        for f in lead {
+            if tx.send(Ok(Bytes::from(f.to_sse()))).await.is_err() {
+                return;
+            }
+        }
+        let mut beat = tokio::time::interval(HEARTBEAT);
+        beat.tick().await;
+        loop {
+            tokio::select! {
+                f = rx.recv() => {
+                    let Some(f) = f else { return };
+                    if let Some(task) = &only_task {
+                        let mine = match &f.frame {
+                            Frame::Status { id, .. } | Frame::Text { id, .. } | Frame::Thinking { id, .. }
+                            | Frame::ToolCallStarted { id, .. } | Frame::ToolCallProgress { id, .. } | Frame::Artifact { id, .. } => id == task,
+                            _ => true,
+                        };
+                        if !mine { continue; }
+                    }
+                    let end = match (&until, &f.frame) {
+                        (Until::FinalOf(t), Frame::Status { id, is_final: true, .. }) => id == t,
+                        (_, Frame::CapsuleClosed {}) => true,
+                        _ => false,
+                    };
+                    if tx.send(Ok(Bytes::from(f.to_sse()))).await.is_err() {
+                        return;
+                    }
+                    if end {
+                        return;
+                    }
+                }
+                _ = beat.tick() => {
+                    if tx.send(Ok(Bytes::from_static(b":heartbeat\n\n"))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Body::from_stream(tokio_stream_from(out))
+}
+
+fn tokio_stream_from(mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A one-frame stream: an `error` frame, for a stream request that cannot be served.
+pub fn error_stream(message: String) -> Response<Body> {
+    let f = NumberedFrame { id: None, frame: Frame::Error { error: message } };
+    response(Body::from(f.to_sse()))
+}

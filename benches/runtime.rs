@@ -1,0 +1,138 @@
+//! Runtime benchmarks for BENCHMARKS.md. Run: `cargo bench --bench runtime`
+//!
+//! Prints one table per metric. Everything is measured in one run so ratios are comparable on a
+//! noisy machine:
+//! - cold start: `capsule run` process spawn → first byte of the first provider request at the
+//!   stub, with an empty component cache (cold) and a filled one (warm);
+//! - peak RSS of that whole process (VmHWM, printed by the binary when asked);
+//! - per-turn runtime overhead: in one session of 51 turns (50 tool-call turns running the real
+//!   file tool, then a reply), the time from one turn's start to the next turn's start minus
+//!   the stub's own time producing that turn's response.
+
+use capsule_actors::{EndpointOverride, LaunchOptions, Session};
+use capsule_protocol::frame::{Frame, TaskState};
+use capsule_runtime::{Host, HostOptions};
+use capsule_stub::{Script, Stub, Turn};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// One `capsule run` process against a fresh stub; returns (ms to first provider byte, peak RSS KiB).
+fn one_start(rt: &tokio::runtime::Runtime, cache: &std::path::Path) -> (f64, u64) {
+    let _guard = rt.enter();
+    let stub = Stub::start(Script::new(vec![Turn::text("hi")])).expect("stub");
+    let work = tempfile::tempdir().expect("tempdir");
+    let t0 = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run", "examples/hello", "--task", "hi", "--json", "--endpoint", &stub.url(), "--workdir"])
+        .arg(work.path())
+        .current_dir(repo())
+        .env("CAPSULE_CACHE_DIR", cache)
+        .env("ANTHROPIC_API_KEY", "bench-key")
+        .env("CAPSULE_PRINT_PEAK_RSS", "1")
+        .output()
+        .expect("capsule runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = stub.requests().first().expect("a request").received_unix_ns;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss = stderr.lines().find_map(|l| l.strip_prefix("peak_rss ")).and_then(|v| v.trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0);
+    ((first - t0) as f64 / 1e6, rss)
+}
+
+fn startup(rt: &tokio::runtime::Runtime) {
+    let mut cold = Vec::new();
+    let mut cold_rss = Vec::new();
+    for _ in 0..3 {
+        let cache = tempfile::tempdir().expect("cache");
+        let (ms, rss) = one_start(rt, cache.path());
+        cold.push(ms);
+        cold_rss.push(rss as f64);
+    }
+    let cache = tempfile::tempdir().expect("cache");
+    one_start(rt, cache.path());
+    let mut warm = Vec::new();
+    let mut warm_rss = Vec::new();
+    for _ in 0..15 {
+        let (ms, rss) = one_start(rt, cache.path());
+        warm.push(ms);
+        warm_rss.push(rss as f64);
+    }
+    println!("\n## Start-up: process spawn → first byte of the first provider request\n");
+    println!("| cache | runs | median ms | min ms | max ms | median peak RSS MiB |");
+    println!("|---|---|---|---|---|---|");
+    for (name, v, r) in [("cold (empty)", &mut cold, &mut cold_rss), ("warm (.cwasm on disk)", &mut warm, &mut warm_rss)] {
+        let (min, max) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
+        println!("| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} |", v.len(), median(v), min, max, median(r) / 1024.0);
+    }
+}
+
+fn per_turn(rt: &tokio::runtime::Runtime) {
+    const TURNS: usize = 50;
+    rt.block_on(async {
+        let mut turns: Vec<Turn> = (0..TURNS).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
+        turns.push(Turn::text("done"));
+        let stub = Stub::start(Script::new(turns)).expect("stub");
+        let work = tempfile::tempdir().expect("tempdir");
+        let cache = repo().join("target/bench-component-cache");
+        let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
+        let dir = tempfile::tempdir().expect("capsule dir");
+        let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", "max_turns: 60");
+        std::fs::write(dir.path().join("murmur.yaml"), manifest).expect("write");
+        let opts = LaunchOptions {
+            manifest: dir.path().into(),
+            workdir: work.path().into(),
+            host,
+            env: [("ANTHROPIC_API_KEY".to_string(), "bench".to_string())].into(),
+            endpoint_override: Some(EndpointOverride { endpoint: stub.url(), keyless: false }),
+        };
+        let session = Session::launch(opts).await.expect("launch");
+        let mut rx = session.subscribe(None).await.expect("subscribe");
+        let submit = tokio::spawn({
+            let s = std::sync::Arc::new(session);
+            let s2 = s.clone();
+            async move { (s2.submit("go").await, s) }
+        });
+        let mut starts: Vec<Instant> = Vec::new();
+        loop {
+            let f = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("frames").expect("open");
+            if let Frame::Status { status, is_final, .. } = &f.frame {
+                if status.state == TaskState::Working {
+                    starts.push(Instant::now());
+                }
+                if *is_final {
+                    break;
+                }
+            }
+        }
+        let (outcome, _session) = submit.await.expect("join");
+        assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
+        let reqs = stub.requests();
+        println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", TURNS + 1);
+        println!("Each turn: driver instantiate + neutral→Anthropic translation + loopback HTTP + SSE parse in the component + one real file-tool call + loop bookkeeping.\n");
+        println!("| turn | wall ms | stub ms | overhead ms |");
+        println!("|---|---|---|---|");
+        for t in [1usize, 2, 10, 25, 50] {
+            let wall = starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0;
+            let stub_ms = reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
+            println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} |", wall - stub_ms);
+        }
+    });
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    println!("# capsule-runtime benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    startup(&rt);
+    per_turn(&rt);
+}
