@@ -27,6 +27,7 @@ CRATES=(
   guest-balloon-memory
   guest-spin-forever
   driver-trap
+  driver-stateful
   tool-panic
   guest-imports-unknown
   guest-no-run-export

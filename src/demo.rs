@@ -1,8 +1,8 @@
-//! `capsule demo`: start the provider stub on a free loopback port and run `examples/hello`
-//! against it, offline, with no key. The stub answers from `examples/hello/stub-script.yaml`;
-//! the capsule's real driver and file tool components run for real, and the gateway attaches
-//! a placeholder key (never a real one: the demo replaces `ANTHROPIC_API_KEY` in its own
-//! environment snapshot).
+//! `capsule demo [--provider anthropic|openai]`: start the provider stub on a free loopback
+//! port and run `examples/hello` (or `examples/openai`) against it, offline, with no key. The
+//! stub answers from the example's `stub-script.yaml`; the capsule's real driver and file tool
+//! components run for real, and the gateway attaches a placeholder key (never a real one: the
+//! demo replaces the provider's key variable in its own environment snapshot).
 
 use capsule_actors::EndpointOverride;
 use capsule_runtime::{Host, HostOptions};
@@ -21,13 +21,14 @@ pub struct DemoArgs {
     /// JSON frames, as `capsule run --json`.
     #[arg(long)]
     pub json: bool,
-    /// Workdir [default: ./capsule-work/hello].
+    /// Workdir [default: ./capsule-work/<example>].
     #[arg(long)]
     pub workdir: Option<PathBuf>,
     /// Where precompiled components are kept.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Which provider wire format the stub and driver speak (only `anthropic` in this version).
+    /// Which provider wire format the stub and the driver speak: `anthropic` (examples/hello)
+    /// or `openai` (examples/openai).
     #[arg(long, default_value = "anthropic")]
     pub provider: String,
 }
@@ -39,11 +40,15 @@ fn examples_dir() -> PathBuf {
 
 /// Run the demo.
 pub async fn demo(args: DemoArgs) -> ExitCode {
-    if args.provider != "anthropic" {
-        eprintln!("error: provider `{}` is not available yet; use --provider anthropic", args.provider);
-        return ExitCode::from(2);
-    }
-    let dir = examples_dir().join("hello");
+    let (example, key_var) = match args.provider.as_str() {
+        "anthropic" => ("hello", "ANTHROPIC_API_KEY"),
+        "openai" => ("openai", "OPENAI_API_KEY"),
+        other => {
+            eprintln!("error: unknown provider `{other}`; use --provider anthropic or --provider openai");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = examples_dir().join(example);
     let script = match Script::load(&dir.join("stub-script.yaml")) {
         Ok(s) => s,
         Err(e) => {
@@ -68,7 +73,7 @@ pub async fn demo(args: DemoArgs) -> ExitCode {
         }
     };
     let mut env: std::collections::HashMap<String, String> = std::env::vars().collect();
-    env.insert("ANTHROPIC_API_KEY".into(), "stub-key-not-a-secret".into());
+    env.insert(key_var.into(), "stub-key-not-a-secret".into());
     let run = RunArgs { capsule: dir, task: Some(args.task), json: args.json, workdir: args.workdir, cache_dir: None, endpoint: None, keyless: false, port: 0, bind: std::net::Ipv4Addr::LOCALHOST.into() };
     let code = run_with(host, run, Some(EndpointOverride { endpoint: stub.url(), keyless: false }), env).await;
     stub.shutdown();

@@ -43,6 +43,8 @@ pub struct InferReply {
     pub instantiate_time: Duration,
     /// Whole call time in the gateway.
     pub call_time: Duration,
+    /// The driver's `continuation_id` metadata: `Some("")` or `None` drop a held id.
+    pub continuation_id: Option<String>,
 }
 
 /// What a gateway is started with (and restarted with).
@@ -100,16 +102,18 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     let input = match serde_json::to_string(&request) {
         Ok(s) => s,
         Err(source) => {
-            return InferReply { result: Err(InferenceError::Protocol { artifact, source }), instantiate_time: Duration::ZERO, call_time: started.elapsed() };
+            return InferReply { result: Err(InferenceError::Protocol { artifact, source }), instantiate_time: Duration::ZERO, call_time: started.elapsed(), continuation_id: None };
         }
     };
     let outcome = state.artifact.call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None }).await;
     if let Some(c) = coalescer {
         let _ = c.call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(10))).await;
     }
+    let mut continuation_id = None;
     let result = match outcome.result {
         Err(e) => Err(InferenceError::Guest(e)),
         Ok(r) => {
+            continuation_id = r.metadata.iter().find(|(k, _)| k == "continuation_id").map(|(_, v)| v.clone());
             let parsed = r.data.as_deref().map(serde_json::from_str::<DriverResponse>);
             match (r.status, parsed) {
                 (ToolStatus::Passed, Some(Ok(resp))) if resp.stop_reason != StopReason::Error => Ok(resp),
@@ -120,5 +124,5 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
             }
         }
     };
-    InferReply { result, instantiate_time: outcome.instantiate_time, call_time: started.elapsed() }
+    InferReply { result, instantiate_time: outcome.instantiate_time, call_time: started.elapsed(), continuation_id }
 }

@@ -2,13 +2,16 @@
 //! connection.
 //!
 //! Guarantees: the runtime gets a turn between frames (so the HTTP server writes each event out
-//! as it is produced rather than batching the whole stream), the request's `stub_elapsed_ns` is
-//! recorded just before the last frame is handed over, and a cut body ends in an error so the
-//! server drops the connection instead of terminating the chunked body. Deliberately not here:
-//! deciding what the events are, or any pacing beyond that yield.
+//! as it is produced rather than batching the whole stream); with a pause (a turn's
+//! `event_interval_ms`) the body sleeps that long between two frames instead, so `n` frames are
+//! spread over at least `(n - 1) × pause`; the request's `stub_elapsed_ns` is recorded just
+//! before the last frame is handed over, and a cut body ends in an error so the server drops the
+//! connection instead of terminating the chunked body (the cut follows the last frame after a
+//! yield, not a pause). Deliberately not here: deciding what the events are.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -24,6 +27,7 @@ struct Feed {
     shared: Arc<Shared>,
     entry: Entry,
     timed: bool,
+    pause: Option<Duration>,
 }
 
 impl Feed {
@@ -36,8 +40,15 @@ impl Feed {
     }
 }
 
-/// A body that yields one frame per event and, when `cut`, then fails so the connection drops.
-pub(crate) fn event_body(shared: Arc<Shared>, entry: Entry, events: Vec<Bytes>, cut: bool) -> Body {
+/// A body that yields one frame per event, waiting `pause` (when given and not zero) between two
+/// frames, and, when `cut`, then fails so the connection drops.
+pub(crate) fn event_body(
+    shared: Arc<Shared>,
+    entry: Entry,
+    events: Vec<Bytes>,
+    cut: bool,
+    pause: Option<Duration>,
+) -> Body {
     let feed = Feed {
         events: events.into(),
         cut,
@@ -45,11 +56,17 @@ pub(crate) fn event_body(shared: Arc<Shared>, entry: Entry, events: Vec<Bytes>, 
         shared,
         entry,
         timed: false,
+        pause: pause.filter(|p| !p.is_zero()),
     };
     let stream = futures::stream::unfold(feed, |mut feed| async move {
-        if !feed.first || feed.events.is_empty() {
+        match feed.pause {
+            // Between two frames: the scripted pause (the server writes the last one meanwhile).
+            Some(pause) if !feed.first && !feed.events.is_empty() => {
+                tokio::time::sleep(pause).await;
+            }
             // Let the server write out what it has before the next event or the cut.
-            tokio::task::yield_now().await;
+            _ if !feed.first || feed.events.is_empty() => tokio::task::yield_now().await,
+            _ => {}
         }
         feed.first = false;
         if let Some(event) = feed.events.pop_front() {

@@ -3,10 +3,10 @@
 //! The stub speaks two real wire formats, Anthropic Messages (`POST …/v1/messages`) and OpenAI
 //! Chat Completions (`POST …/chat/completions`), streaming (SSE) and not. Each model request is
 //! answered from the next [`Turn`] of a [`Script`]: text, thinking, tool calls, usage, or a
-//! scripted failure (HTTP error, garbage, a cut stream, an in-stream error, a delay), or a
-//! recorded response replayed byte for byte ([`RawResponse`]). Every
-//! request is recorded ([`RecordedRequest`]) and readable in-process with
-//! [`StubHandle::requests`] or from another process at `GET /_stub/requests`.
+//! scripted failure (HTTP error, garbage, a cut stream, an in-stream error, a delay), with
+//! streamed events optionally paced (`event_interval_ms`), or a recorded response replayed byte
+//! for byte ([`RawResponse`]). Every request is recorded ([`RecordedRequest`]) and readable
+//! in-process with [`StubHandle::requests`] or from another process at `GET /_stub/requests`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), capsule_stub::StubError> {

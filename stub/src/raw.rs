@@ -72,6 +72,7 @@ pub(crate) fn answer(
             entry,
             frames(&body, size),
             false,
+            None,
         )),
         None => {
             shared.recorder.finish(entry);

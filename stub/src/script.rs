@@ -56,8 +56,9 @@ impl Default for Script {
 /// One scripted answer. Every field is optional; an empty turn is an empty assistant message.
 ///
 /// Failure fields take precedence in this order: `http_error`, then `garbage`, then the normal
-/// answer (which `stream_error` and `cut_after_events` may interrupt). A `raw` turn replaces the
-/// whole answer and may only be combined with `delay_ms`.
+/// answer (which `stream_error` and `cut_after_events` may interrupt; `event_interval_ms` paces
+/// it). A `raw` turn replaces the whole answer and may only be combined with `delay_ms` (a raw
+/// answer is paced by its own `chunk_bytes` frames, not by `event_interval_ms`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Turn {
@@ -94,6 +95,11 @@ pub struct Turn {
     /// Wait this long after the request arrives before answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// When streaming, pause this long between two SSE events of the answer, so the stream is
+    /// spread over time (`n` events take at least `(n - 1) × event_interval_ms`). Absent or 0:
+    /// no pause beyond a yield to the runtime. A non-streaming answer is one body and ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_interval_ms: Option<u64>,
     /// Replay these exact bytes instead of rendering an answer: a recorded provider response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<RawResponse>,
@@ -405,6 +411,7 @@ impl Turn {
             ("cut_after_events", self.cut_after_events.is_some()),
             ("stream_error", self.stream_error.is_some()),
             ("continuation_id", self.continuation_id.is_some()),
+            ("event_interval_ms", self.event_interval_ms.is_some()),
         ]
         .into_iter()
         .find_map(|(name, set)| set.then_some(name))
@@ -518,6 +525,20 @@ mod tests {
             assert!(error.to_string().contains(says), "{script}: {error}");
         }
         assert!(Script::parse("turns:\n  - raw: {body: x}\n    delay_ms: 5\n").is_ok());
+    }
+
+    #[test]
+    fn event_interval_ms_parses_per_turn_and_is_refused_beside_raw() {
+        let script = Script::parse("turns:\n  - text: hi\n    event_interval_ms: 3\n  - text: bye\n")
+            .expect("valid");
+        assert_eq!(script.turns[0].event_interval_ms, Some(3));
+        assert_eq!(script.turns[1].event_interval_ms, None, "the pause is per turn");
+        let error = Script::parse("turns:\n  - raw: {body: x}\n    event_interval_ms: 3\n")
+            .expect_err("raw replaces the whole answer");
+        assert!(
+            error.to_string().contains("event_interval_ms cannot be set"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -13,8 +13,8 @@
 //! terminated) rather than ending it cleanly. An exhausted script is answered with HTTP 500, never
 //! a panic.
 //!
-//! Deliberately not here: TLS, authentication checks, HTTP/2, or any pacing between events other
-//! than the scripted `delay_ms` before the answer.
+//! Deliberately not here: TLS, authentication checks, HTTP/2, or any pacing other than the
+//! scripted `delay_ms` before the answer and `event_interval_ms` between streamed events.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -326,7 +326,9 @@ async fn model_answer(
         if let Some(after) = spec.cut_after_events {
             events.truncate(after.min(events.len().saturating_sub(1)));
         }
-        let mut response = Response::new(event_body(Arc::clone(shared), entry, events, cut));
+        let pause = spec.event_interval_ms.map(std::time::Duration::from_millis);
+        let mut response =
+            Response::new(event_body(Arc::clone(shared), entry, events, cut, pause));
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -348,7 +350,13 @@ async fn model_answer(
         return response;
     }
     if spec.cut_after_events.is_some() {
-        let mut response = Response::new(event_body(Arc::clone(shared), entry, Vec::new(), true));
+        let mut response = Response::new(event_body(
+            Arc::clone(shared),
+            entry,
+            Vec::new(),
+            true,
+            None,
+        ));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

@@ -66,3 +66,17 @@ async fn capsule_run_exits_1_when_the_provider_fails_and_still_writes_the_result
     let result = std::fs::read_to_string(dir.join("out/result.txt")).expect("result");
     assert!(result.starts_with("error: E-RUN-040") && result.contains("HTTP 500"), "{result}");
 }
+
+#[test]
+fn capsule_demo_runs_through_the_openai_driver_too() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let out = capsule()
+        .current_dir(repo())
+        .args(["demo", "--provider", "openai", "--json", "--workdir"])
+        .arg(work.path())
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"), "Hello from a Murmur capsule!\n");
+}

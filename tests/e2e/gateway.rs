@@ -54,3 +54,21 @@ async fn a_guest_set_auth_header_is_replaced_not_forwarded() {
     assert!(req.headers.iter().all(|(k, _)| k != "x-api-key" && k != "authorization"), "keyless sends no credential: {:?}", req.headers);
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_driver_that_sets_its_own_auth_header_gets_the_real_credential_instead() {
+    let stub = stub(vec![Turn::text("legacy ok")]);
+    let yaml = format!(
+        "name: legacy\nartifacts:\n  - {{name: old, runtime: driver, source: '{{DIST}}/driver-legacy.wasm', gateway: {{endpoint: '{}', api_key: '${{TEST_PROVIDER_KEY}}'}}}}\ninference: {{model: m, driver: {{artifact: old}}}}\n",
+        stub.url()
+    );
+    let cap = Capsule::new(&yaml);
+    let session = cap.launch_with_env(&[("TEST_PROVIDER_KEY", KEY)]).await.expect("launch");
+    let (outcome, _) = run_task(&session, "hello").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    assert_eq!(outcome.message, "legacy ok");
+    let req = &stub.requests()[0];
+    let values: Vec<&str> = req.headers.iter().filter(|(k, _)| k == "x-api-key" || k == "authorization").map(|(_, v)| v.as_str()).collect();
+    assert_eq!(values, vec![KEY], "the guest's own headers were stripped and only the real key attached");
+    session.shutdown().await;
+}

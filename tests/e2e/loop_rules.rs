@@ -74,3 +74,24 @@ async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
         assert!(events.iter().any(|x| x == e), "trace lacks {e}: {events:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_continuation_sends_only_the_tail_and_a_dropped_one_resends_everything() {
+    let cap = Capsule::new(
+        "name: cont\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\ninference: {model: m, driver: {artifact: d}}\n",
+    );
+    let session = cap.launch().await.expect("launch");
+    let reply = |s: &'static str| {
+        let session = &session;
+        async move { session.submit(s).await.expect("outcome").message }
+    };
+    assert_eq!(reply("hello").await, "messages=1 continuation=none", "the first call is a full send");
+    assert_eq!(reply("again").await, "messages=1 continuation=cont-1", "only the new user message plus the id");
+    // A tool round: the tool result is the tail of the next call.
+    assert_eq!(reply("tool please").await, "messages=1 continuation=cont-3");
+    assert_eq!(reply("forget it").await, "messages=1 continuation=cont-4", "the call that drops the id still used it");
+    // The empty id was dropped: the next call resends the whole conversation.
+    let whole = reply("after").await;
+    assert_eq!(whole, "messages=11 continuation=none", "4 tasks of user+assistant, the tool round's extra assistant+tool, and this user message");
+    session.shutdown().await;
+}

@@ -133,6 +133,14 @@ pub struct LoopConfig {
     pub queue_depth: usize,
 }
 
+/// A held continuation (CONTRACT §3): the next call sends only the messages after `acked`,
+/// plus `id`.
+#[derive(Debug, Clone)]
+pub struct HeldContinuation {
+    pub(crate) id: String,
+    pub(crate) acked: usize,
+}
+
 /// A submitted task waiting behind the running one.
 pub struct Queued {
     pub(crate) record: TaskRecord,
@@ -147,6 +155,8 @@ pub struct LoopState {
     pub(crate) running: Option<Running>,
     pub(crate) attempts: u64,
     pub(crate) queue: std::collections::VecDeque<Queued>,
+    /// The continuation id a driver handed back, and how many messages it acknowledges.
+    pub(crate) continuation: Option<HeldContinuation>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
 }
 
@@ -159,7 +169,7 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default() })
+        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None })
     }
 
     async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {

@@ -95,7 +95,7 @@ impl LoopState {
             let myself = myself.clone();
             let _ = myself.cast(LoopMsg::InferenceDone {
                 attempt: r.attempt,
-                reply: Box::new(InferReply { result: Err(InferenceError::Driver { message: msg }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO }),
+                reply: Box::new(InferReply { result: Err(InferenceError::Driver { message: msg }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None }),
             });
             r.turn = u32::MAX; // marks "out of turns" for on_inference
             return;
@@ -111,14 +111,18 @@ impl LoopState {
             is_final: false,
         });
         let c = &self.config;
+        let (messages, continuation_id) = match &self.continuation {
+            Some(h) if h.acked <= self.conversation.len() => (self.conversation[h.acked..].to_vec(), Some(h.id.clone())),
+            _ => (self.conversation.clone(), None),
+        };
         let request = DriverRequest {
             model: c.model.clone(),
             max_tokens: c.max_tokens,
             system: c.system.clone(),
-            messages: self.conversation.clone(),
+            messages,
             tools: c.tools.clone(),
             params: Default::default(),
-            continuation_id: None,
+            continuation_id,
             prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
         };
         let gateway_name = names::gateway(self.sid(), &c.driver);
@@ -126,7 +130,7 @@ impl LoopState {
         let timeout = c.call_timeout;
         let myself = myself.clone();
         tokio::spawn(async move {
-            let down = || InferReply { result: Err(InferenceError::GatewayDown { artifact: artifact.clone() }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO };
+            let down = || InferReply { result: Err(InferenceError::GatewayDown { artifact: artifact.clone() }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None };
             let reply = match lookup::<GatewayMsg>(&gateway_name) {
                 None => down(),
                 Some(g) => match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await {
@@ -167,7 +171,11 @@ impl LoopState {
             }),
         );
         let resp = match reply.result {
-            Err(e) => return self.finish(ExitStatus::Failed, e.to_string()).await,
+            Err(e) => {
+                // The provider's state after a failed call is unknown: the next call resends all.
+                self.continuation = None;
+                return self.finish(ExitStatus::Failed, e.to_string()).await;
+            }
             Ok(resp) => resp,
         };
         let calls: Vec<(String, String, serde_json::Value)> = resp
@@ -178,6 +186,10 @@ impl LoopState {
         let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by: None };
         let text = message.text();
         self.record(message);
+        self.continuation = match reply.continuation_id {
+            Some(id) if !id.is_empty() => Some(super::HeldContinuation { id, acked: self.conversation.len() }),
+            _ => None,
+        };
         match resp.stop_reason {
             StopReason::ToolCall if !calls.is_empty() => {
                 if let Some(r) = self.running.as_mut() {

@@ -6,4 +6,5 @@ mod anthropic;
 mod behaviour;
 mod client;
 mod openai;
+mod pacing;
 mod raw;
