@@ -202,6 +202,14 @@ mod tests {
         assert!(!r.start("t", "c1"), "a settled id does not start again");
     }
 
+    #[test]
+    fn the_documented_interval_is_the_one_the_code_uses() {
+        let doc = include_str!("../../docs/protocol.md");
+        let ms = PROGRESS_INTERVAL.as_millis();
+        assert!(doc.contains(&format!("per call per **{ms} ms**")), "docs/protocol.md must state the {ms} ms interval");
+        assert!(doc.contains(&format!("only when {ms} ms have passed")), "docs/protocol.md must state the {ms} ms rule");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_empty_id_or_duplicate_start_writes_nothing_and_a_result_drops_what_is_held() {
         let mut r = ProgressRules::default();

@@ -40,7 +40,17 @@ pub fn stream(lead: Vec<NumberedFrame>, mut rx: mpsc::Receiver<NumberedFrame>, u
         loop {
             tokio::select! {
                 f = rx.recv() => {
-                    let Some(f) = f else { return };
+                    let Some(f) = f else {
+                        // The emitter dropped this subscription: the session is closing. A
+                        // watcher whose queue was full may have missed the emitter's own
+                        // `capsule-closed`, so the door writes it (a duplicate is harmless: the
+                        // stream ends at the first).
+                        if matches!(until, Until::Closed) {
+                            let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
+                            let _ = tx.send(Ok(Bytes::from(closed.to_sse()))).await;
+                        }
+                        return;
+                    };
                     if let Some(task) = &only_task {
                         let mine = match &f.frame {
                             Frame::Status { id, .. } | Frame::Text { id, .. } | Frame::Thinking { id, .. }
