@@ -3,6 +3,8 @@
 mod cli_run;
 mod demo;
 mod printer;
+mod sse_client;
+mod watch;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -22,6 +24,8 @@ enum Command {
     Run(cli_run::RunArgs),
     /// Run examples/hello offline against the built-in provider stub.
     Demo(demo::DemoArgs),
+    /// Follow a running capsule's frames through its door, reconnecting after a drop.
+    Watch(watch::WatchArgs),
     /// Serve the scripted provider stub (Anthropic Messages and OpenAI Chat Completions).
     StubProvider {
         /// The script (YAML or JSON).
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => cli_run::run(args).await,
             Command::Demo(args) => demo::demo(args).await,
+            Command::Watch(args) => watch::watch(args).await,
             Command::StubProvider { script, port } => match capsule_stub::serve_cli(&script, port).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

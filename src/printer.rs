@@ -16,7 +16,8 @@ pub enum Style {
     Json,
 }
 
-fn print_frame(f: &NumberedFrame, style: Style) {
+/// Print one frame in `style` (`capsule watch` prints the frames it reads this way too).
+pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
     let mut out = std::io::stdout().lock();
     if style == Style::Json {
         let _ = writeln!(out, "{}", f.to_json_line());

@@ -24,11 +24,13 @@ pub mod error;
 pub mod gateway;
 pub mod journal;
 pub mod launch;
+pub mod machine_meter;
 pub mod names;
 pub mod session;
 pub mod sink;
 pub mod spend;
 pub mod supervisor;
+pub mod tokens;
 pub mod tools;
 
 pub use error::LaunchError;

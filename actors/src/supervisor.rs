@@ -99,7 +99,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell(),
         ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, a, sup).await?.0.get_cell(),
-        ChildSpec::Spend => Actor::spawn_linked(name, SpendMeter, (), sup).await?.0.get_cell(),
+        ChildSpec::Spend => Actor::spawn_linked(name, SpendMeter, crate::spend::SpendArgs::new(session_id, None, None), sup).await?.0.get_cell(),
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
         ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),
         ChildSpec::Loop(a) => Actor::spawn_linked(name, AgentLoop, *a, sup).await?.0.get_cell(),

@@ -10,4 +10,6 @@ mod demo;
 mod door;
 mod gateway;
 mod loop_rules;
+mod progress;
 mod supervision;
+mod watch;
