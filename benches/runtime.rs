@@ -92,6 +92,7 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
             host,
             env: [("ANTHROPIC_API_KEY".to_string(), "bench".to_string())].into(),
             endpoint_override: Some(EndpointOverride { endpoint: stub.url(), keyless: false }),
+            machine: None,
         };
         let session = Session::launch(opts).await.expect("launch");
         let mut rx = session.subscribe(None).await.expect("subscribe");

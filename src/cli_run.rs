@@ -4,7 +4,9 @@
 //! Exit codes: 0 ok; 1 the task ended otherwise (failed, max turns...); 2 the capsule was
 //! refused at launch (bad manifest, bad artifact, missing credential).
 
+use capsule_actors::machine_meter::{MachineArgs, MachineMeter, MachineMsg};
 use capsule_actors::{EndpointOverride, LaunchOptions, Session};
+use capsule_protocol::host_config::HostConfig;
 use capsule_protocol::trace::ExitStatus;
 use capsule_runtime::{Host, HostOptions};
 use std::path::PathBuf;
@@ -44,6 +46,42 @@ pub struct RunArgs {
     /// The door's bind address.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: std::net::IpAddr,
+    /// The host config (credentials, spend.machine_tokens_per_day) [default: $CAPSULE_CONFIG,
+    /// else ~/.config/capsule-runtime/host.yaml when it exists].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// The host config file to read, if any.
+fn config_path(explicit: Option<&PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.clone());
+    }
+    if let Some(p) = std::env::var_os("CAPSULE_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(home.join("capsule-runtime/host.yaml")).filter(|p| p.exists())
+}
+
+/// Read the host config; a missing default file is an empty config, a named one must exist.
+pub fn load_host_config(explicit: Option<&PathBuf>) -> Result<HostConfig, String> {
+    let Some(path) = config_path(explicit) else { return Ok(HostConfig::default()) };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("E-MAN-001 at {}: cannot read the host config: {e} (fix: pass an existing file to --config)", path.display()))?;
+    capsule_protocol::host_config::parse(&text, &path.display().to_string()).map_err(|d| d.to_string())
+}
+
+fn default_ledger_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))).unwrap_or_else(|| PathBuf::from("."));
+    base.join("capsule-runtime/spend")
+}
+
+/// Start the host-wide spend meter when the host config sets a machine ceiling.
+pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRef<MachineMsg>>, String> {
+    let Some(ceiling) = config.spend.machine_tokens_per_day else { return Ok(None) };
+    let dir = config.spend.ledger_dir.as_ref().map(PathBuf::from).unwrap_or_else(default_ledger_dir);
+    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling))).await.map_err(|e| format!("E-RUN-050: the host spend meter could not start with ledger {}: {e}", dir.display()))?;
+    Ok(Some(meter))
 }
 
 /// The full cause chain of an error, one cause per `: `.
@@ -88,6 +126,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     run_with(host, args, over, std::env::vars().collect()).await
 }
 
+async fn host_setup(args: &RunArgs) -> Result<(HostConfig, Option<ractor::ActorRef<MachineMsg>>), String> {
+    let config = load_host_config(args.config.as_ref())?;
+    let machine = machine_meter(&config).await?;
+    Ok((config, machine))
+}
+
 async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -109,7 +153,14 @@ async fn stop_signal() {
 /// `lifecycle.after_task` says.
 pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
     let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&args.capsule)));
-    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override };
+    let (_config, machine) = match host_setup(&args).await {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine };
     let session = match Session::launch(opts).await {
         Ok(s) => Arc::new(s),
         Err(e) => {

@@ -83,6 +83,12 @@ pub enum InferenceError {
         /// Why.
         why: String,
     },
+    /// The spend meter refused the call before it was sent.
+    #[error("{refusal}")]
+    SpendRefused {
+        /// Which ceiling and by how much.
+        refusal: crate::spend::Refusal,
+    },
     /// The gateway actor crashed or is gone; its supervisor restarts it.
     #[error("E-RUN-050: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again")]
     GatewayDown {
@@ -100,6 +106,10 @@ impl InferenceError {
             InferenceError::Protocol { .. } => Code::DriverProtocol,
             InferenceError::Credential { .. } => Code::CredentialUnresolved,
             InferenceError::GatewayDown { .. } => Code::ActorCrashed,
+            InferenceError::SpendRefused { refusal } => match refusal.limit {
+                crate::spend::Limit::Session => Code::SessionCeiling,
+                _ => Code::MachineCeiling,
+            },
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct LaunchOptions {
     pub host: Host,
     /// The environment snapshot (read once at launch).
     pub env: HashMap<String, String>,
+    /// The host-wide spend meter (`spend.machine_tokens_per_day`), shared by every session of
+    /// the process.
+    pub machine: Option<ractor::ActorRef<crate::machine_meter::MachineMsg>>,
     /// Sends the primary driver's traffic to another endpoint (`capsule run --endpoint`,
     /// `capsule demo`); with `keyless` the credential is dropped, else the manifest's is kept.
     pub endpoint_override: Option<EndpointOverride>,

@@ -97,7 +97,7 @@ impl Session {
             ChildSpec::Emitter(Arc::new(AtomicU64::new(1))),
             ChildSpec::Coalescer,
             ChildSpec::Credentials(prepared.credentials.clone()),
-            ChildSpec::Spend,
+            ChildSpec::Spend(Box::new(crate::spend::SpendArgs::new(session_id.clone(), m.inference.max_session_tokens, opts.machine.clone()))),
         ];
         let mut tools = HashMap::new();
         for a in &prepared.artifacts {

@@ -144,14 +144,6 @@ impl Reservation {
 
 /// Messages.
 pub enum SpendMsg {
-    /// Counting only, without admission (the loop's message before admission; kept until it
-    /// uses `Admit`/`Settle`).
-    Record {
-        /// Estimated input tokens.
-        estimated_input: u64,
-        /// Provider usage, when reported.
-        usage: Option<Usage>,
-    },
     /// Reserve `estimated_input + max_output` for a call, or refuse it.
     Admit {
         /// cl100k estimate of the request.
@@ -374,12 +366,6 @@ impl Actor for SpendMeter {
 
     async fn handle(&self, _myself: ActorRef<SpendMsg>, msg: SpendMsg, state: &mut SpendState) -> Result<(), ActorProcessingErr> {
         match msg {
-            SpendMsg::Record { estimated_input, usage } => {
-                let mut book = state.book.lock();
-                book.totals.calls += 1;
-                book.totals.estimated_input += estimated_input;
-                record_actual(&mut book.totals, usage);
-            }
             SpendMsg::Admit { estimated_input, max_output, reply } => {
                 let _ = reply.send(state.admit(estimated_input, max_output).await);
             }

@@ -47,8 +47,8 @@ pub enum ChildSpec {
     Coalescer,
     /// The credentials table.
     Credentials(HashMap<String, DriverCredential>),
-    /// The spend meter.
-    Spend,
+    /// The spend meter, with its ceiling, the host's meter and the book that survives restarts.
+    Spend(Box<crate::spend::SpendArgs>),
     /// A gateway.
     Gateway(Box<GatewayArgs>),
     /// The tools actor.
@@ -82,7 +82,7 @@ fn role_of(session_id: &str, spec: &ChildSpec) -> (String, String) {
         ChildSpec::Emitter(_) => role::EMITTER.to_string(),
         ChildSpec::Coalescer => role::COALESCER.to_string(),
         ChildSpec::Credentials(_) => role::CREDENTIALS.to_string(),
-        ChildSpec::Spend => role::SPEND.to_string(),
+        ChildSpec::Spend(_) => role::SPEND.to_string(),
         ChildSpec::Gateway(a) => format!("gateway/{}", a.artifact.name()),
         ChildSpec::Tools(_) => role::TOOLS.to_string(),
         ChildSpec::Loop(_) => role::LOOP.to_string(),
@@ -99,7 +99,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell(),
         ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, a, sup).await?.0.get_cell(),
-        ChildSpec::Spend => Actor::spawn_linked(name, SpendMeter, crate::spend::SpendArgs::new(session_id, None, None), sup).await?.0.get_cell(),
+        ChildSpec::Spend(a) => Actor::spawn_linked(name, SpendMeter, *a, sup).await?.0.get_cell(),
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
         ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),
         ChildSpec::Loop(a) => Actor::spawn_linked(name, AgentLoop, *a, sup).await?.0.get_cell(),

@@ -61,6 +61,10 @@ pub enum Code {
     UnknownModel,
     /// An `env.allow` entry is credential-shaped and will never be passed.
     CredentialEnvDropped,
+    /// The session's spend ceiling (`inference.max_session_tokens`) refused a call.
+    SessionCeiling,
+    /// The host's daily spend ceiling (`spend.machine_tokens_per_day`) refused a call.
+    MachineCeiling,
 }
 
 impl Code {
@@ -93,6 +97,8 @@ impl Code {
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",
+            Code::SessionCeiling => "E-RUN-080",
+            Code::MachineCeiling => "E-RUN-081",
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod diagnostics;
 pub mod frame;
+pub mod host_config;
 pub mod manifest;
 pub mod neutral;
 pub mod trace;

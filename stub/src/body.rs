@@ -5,7 +5,8 @@
 //! as it is produced rather than batching the whole stream); with a pause (a turn's
 //! `event_interval_ms`) the body sleeps that long between two frames instead, so `n` frames are
 //! spread over at least `(n - 1) × pause`; the request's `stub_elapsed_ns` is recorded just
-//! before the last frame is handed over, and a cut body ends in an error so the server drops the
+//! before the last frame is handed over, each frame's hand-over instant is appended to the
+//! request's `event_sent_unix_ns`, and a cut body ends in an error so the server drops the
 //! connection instead of terminating the chunked body (the cut follows the last frame after a
 //! yield, not a pause). Deliberately not here: deciding what the events are.
 
@@ -73,6 +74,7 @@ pub(crate) fn event_body(
             if feed.events.is_empty() {
                 feed.time();
             }
+            feed.shared.recorder.sent(feed.entry);
             return Some((Ok(event), feed));
         }
         feed.time();

@@ -9,7 +9,7 @@
 //! which is as long as one test or one demo.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +42,13 @@ pub struct RecordedRequest {
     /// Nanoseconds from the request's arrival to the last body byte the stub handed to the HTTP
     /// server (0 while the answer is still being produced, or if the client went away first).
     pub stub_elapsed_ns: u128,
+    /// For an answer sent frame by frame (a streamed answer, or a raw turn with `chunk_bytes`):
+    /// when each frame was handed to the HTTP server, in nanoseconds since the Unix epoch, one
+    /// entry per frame in sending order (one frame per SSE event for rendered streams). Empty for
+    /// an answer sent as one body. Lets a client measure per-event latency against its own
+    /// arrival times (same process clock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_sent_unix_ns: Vec<u128>,
     /// For a model request, the script turn that answered it (a number past the end of the
     /// script when the script was exhausted). For any other request, the number of model requests
     /// received before it, which is the turn the next model request will get.
@@ -100,6 +107,16 @@ impl Recorder {
         let elapsed = entry.arrived.elapsed().as_nanos();
         if let Some(request) = self.lock().requests.get_mut(entry.index) {
             request.stub_elapsed_ns = elapsed;
+        }
+    }
+
+    /// Notes that one frame of this request's answer is being handed to the HTTP server now.
+    pub(crate) fn sent(&self, entry: Entry) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        if let Some(request) = self.lock().requests.get_mut(entry.index) {
+            request.event_sent_unix_ns.push(now);
         }
     }
 

@@ -207,6 +207,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             body: body.clone(),
             received_unix_ns,
             stub_elapsed_ns: 0,
+            event_sent_unix_ns: Vec::new(),
             turn: 0,
             provider,
         },

@@ -10,6 +10,7 @@ mod demo;
 mod door;
 mod gateway;
 mod loop_rules;
+mod spend;
 mod progress;
 mod supervision;
 mod watch;

@@ -157,6 +157,8 @@ pub struct LoopState {
     pub(crate) queue: std::collections::VecDeque<Queued>,
     /// The continuation id a driver handed back, and how many messages it acknowledges.
     pub(crate) continuation: Option<HeldContinuation>,
+    /// Counts each message once, as it enters the context.
+    pub(crate) counter: crate::tokens::TokenCounter,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
 }
 
@@ -169,7 +171,7 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None })
+        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new() })
     }
 
     async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {

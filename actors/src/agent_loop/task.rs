@@ -31,6 +31,8 @@ pub struct Running {
     pub(crate) calls: Vec<(String, String, serde_json::Value)>,
     pub(crate) next_call: usize,
     pub(crate) call_started: Instant,
+    /// cl100k estimate of the current call's input.
+    pub(crate) estimate: u64,
 }
 
 impl LoopState {
@@ -51,6 +53,7 @@ impl LoopState {
     }
 
     fn record(&mut self, m: Message) {
+        self.counter.push(&m);
         if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
             let _ = j.cast(JournalMsg::Record(m.clone()));
         }
@@ -77,6 +80,7 @@ impl LoopState {
             calls: Vec::new(),
             next_call: 0,
             call_started: now,
+            estimate: 0,
         };
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Reset);
@@ -126,18 +130,17 @@ impl LoopState {
             prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
         };
         let gateway_name = names::gateway(self.sid(), &c.driver);
+        let spend_name = names::name(self.sid(), role::SPEND);
         let artifact = c.driver.clone();
         let timeout = c.call_timeout;
+        let max_output = u64::from(request.max_tokens);
+        let estimate = self.counter.estimate(&request);
+        if let Some(r) = self.running.as_mut() {
+            r.estimate = estimate;
+        }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let down = || InferReply { result: Err(InferenceError::GatewayDown { artifact: artifact.clone() }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None };
-            let reply = match lookup::<GatewayMsg>(&gateway_name) {
-                None => down(),
-                Some(g) => match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await {
-                    Ok(ractor::rpc::CallResult::Success(r)) => r,
-                    _ => down(),
-                },
-            };
+            let reply = admitted_call(&spend_name, &gateway_name, &artifact, task_id, request, estimate, max_output, timeout).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
     }
@@ -151,10 +154,14 @@ impl LoopState {
             return self.finish(ExitStatus::MaxTurnsReached, msg).await;
         }
         self.emit(Frame::Text { id: task_id.clone(), text: String::new(), is_final: true });
-        let estimate = estimate_tokens(&self.conversation);
+        let estimate = self.running.as_ref().map(|r| r.estimate).unwrap_or(0);
         let usage = reply.result.as_ref().ok().and_then(|r| r.usage);
-        if let Some(m) = lookup::<SpendMsg>(&names::name(self.sid(), role::SPEND)) {
-            let _ = m.cast(SpendMsg::Record { estimated_input: estimate, usage });
+        if let Err(InferenceError::SpendRefused { refusal }) = &reply.result {
+            let mut fields = refusal.trace_fields();
+            fields["task_id"] = json!(task_id);
+            self.trace(TraceKind::SpendCeilingReached, fields);
+            let message = refusal.to_string();
+            return self.finish(ExitStatus::SpendCeilingReached, message).await;
         }
         let (stop, error) = match &reply.result {
             Ok(resp) => (json!(resp.stop_reason), serde_json::Value::Null),
@@ -296,8 +303,38 @@ impl LoopState {
     }
 }
 
-/// The input estimate counted by the spend meter: a quarter of the serialized bytes.
-/// (The cl100k count the contract names comes with the admission work.)
-fn estimate_tokens(conversation: &[Message]) -> u64 {
-    conversation.iter().map(|m| serde_json::to_vec(m).map(|v| v.len() as u64).unwrap_or(0)).sum::<u64>() / 4
+/// One agent-loop inference call: admission first (a refused call is never sent), then the
+/// gateway, then settlement with the measured totals (a failed call is charged its input).
+/// Settling here, not in the loop, means a call whose answer arrives after its task was
+/// canceled is still charged.
+#[allow(clippy::too_many_arguments)]
+async fn admitted_call(spend_name: &str, gateway_name: &str, artifact: &str, task_id: String, request: DriverRequest, estimate: u64, max_output: u64, timeout: Duration) -> InferReply {
+    let fail = |e: InferenceError| InferReply { result: Err(e), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None };
+    let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
+    let Some(meter) = lookup::<SpendMsg>(spend_name) else {
+        return fail(InferenceError::SpendRefused { refusal: crate::spend::Refusal { limit: crate::spend::Limit::MachineUnavailable, ceiling: 0, used: 0, requested: estimate + max_output } });
+    };
+    let reservation = match meter.call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10))).await {
+        Ok(ractor::rpc::CallResult::Success(Ok(r))) => r,
+        Ok(ractor::rpc::CallResult::Success(Err(refusal))) => return fail(InferenceError::SpendRefused { refusal }),
+        _ => return fail(InferenceError::SpendRefused { refusal: crate::spend::Refusal { limit: crate::spend::Limit::MachineUnavailable, ceiling: 0, used: 0, requested: estimate + max_output } }),
+    };
+    let reply = match lookup::<GatewayMsg>(gateway_name) {
+        None => fail(down()),
+        Some(g) => match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => fail(down()),
+        },
+    };
+    let settle = match &reply.result {
+        Ok(resp) => SpendMsg::Settle {
+            reservation: reservation.id,
+            input: estimate,
+            output: resp.usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::tokens::count_json(&resp.content)),
+            actual: resp.usage,
+        },
+        Err(_) => SpendMsg::Fail { reservation: reservation.id, actual: None },
+    };
+    let _ = meter.cast(settle);
+    reply
 }

@@ -99,3 +99,27 @@ async fn paced_events_leave_the_stub_one_at_a_time_not_all_at_the_end() {
         last - first
     );
 }
+
+#[tokio::test]
+async fn each_streamed_event_records_when_it_was_handed_over() {
+    let paced = Stub::start(script(Some(PAUSE_MS))).expect("starts");
+    let whole = Stub::start(Script::new(vec![Turn::text("abcd")])).expect("starts");
+
+    let reply = post(paced.addr(), "/v1/messages", STREAM).await;
+    assert!(reply.complete);
+    let _ = post(whole.addr(), "/v1/messages", r#"{"model":"m"}"#).await;
+
+    let request = &paced.requests()[0];
+    let sent = &request.event_sent_unix_ns;
+    assert_eq!(sent.len(), EVENTS, "one instant per event");
+    assert!(sent[0] >= request.received_unix_ns, "sent after the request arrived");
+    let pause = u128::from(PAUSE_MS) * 1_000_000;
+    assert!(
+        sent.windows(2).all(|w| w[1] - w[0] >= pause),
+        "events are handed over at least {PAUSE_MS} ms apart: {sent:?}"
+    );
+    assert!(
+        whole.requests()[0].event_sent_unix_ns.is_empty(),
+        "a non-streamed answer is one body, with no per-event instants"
+    );
+}
