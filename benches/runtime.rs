@@ -93,6 +93,7 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
             env: [("ANTHROPIC_API_KEY".to_string(), "bench".to_string())].into(),
             endpoint_override: Some(EndpointOverride { endpoint: stub.url(), keyless: false }),
             machine: None,
+            host_config: None,
         };
         let session = Session::launch(opts).await.expect("launch");
         let mut rx = session.subscribe(None).await.expect("subscribe");

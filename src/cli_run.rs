@@ -65,10 +65,11 @@ fn config_path(explicit: Option<&PathBuf>) -> Option<PathBuf> {
 }
 
 /// Read the host config; a missing default file is an empty config, a named one must exist.
-pub fn load_host_config(explicit: Option<&PathBuf>) -> Result<HostConfig, String> {
-    let Some(path) = config_path(explicit) else { return Ok(HostConfig::default()) };
+pub fn load_host_config(explicit: Option<&PathBuf>) -> Result<(HostConfig, Option<PathBuf>), String> {
+    let Some(path) = config_path(explicit) else { return Ok((HostConfig::default(), None)) };
     let text = std::fs::read_to_string(&path).map_err(|e| format!("E-MAN-001 at {}: cannot read the host config: {e} (fix: pass an existing file to --config)", path.display()))?;
-    capsule_protocol::host_config::parse(&text, &path.display().to_string()).map_err(|d| d.to_string())
+    let config = capsule_protocol::host_config::parse(&text, &path.display().to_string()).map_err(|d| d.to_string())?;
+    Ok((config, Some(path)))
 }
 
 fn default_ledger_dir() -> PathBuf {
@@ -126,10 +127,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     run_with(host, args, over, std::env::vars().collect()).await
 }
 
-async fn host_setup(args: &RunArgs) -> Result<(HostConfig, Option<ractor::ActorRef<MachineMsg>>), String> {
-    let config = load_host_config(args.config.as_ref())?;
+type HostSetup = (Option<(HostConfig, PathBuf)>, Option<ractor::ActorRef<MachineMsg>>);
+
+async fn host_setup(args: &RunArgs) -> Result<HostSetup, String> {
+    let (config, path) = load_host_config(args.config.as_ref())?;
     let machine = machine_meter(&config).await?;
-    Ok((config, machine))
+    Ok((path.map(|p| (config, p)), machine))
 }
 
 async fn stop_signal() {
@@ -153,14 +156,14 @@ async fn stop_signal() {
 /// `lifecycle.after_task` says.
 pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
     let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&args.capsule)));
-    let (_config, machine) = match host_setup(&args).await {
+    let (host_config, machine) = match host_setup(&args).await {
         Ok(x) => x,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine };
+    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine, host_config };
     let session = match Session::launch(opts).await {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -178,7 +181,7 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
     };
     let style = if args.json { Style::Json } else { Style::Human };
     if args.json {
-        println!("{}", serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url()}));
+        println!("{}", serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())}));
     } else {
         eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());
     }

@@ -1,19 +1,24 @@
-//! The credentials actor: resolves each driver's credential at launch and hands the gateway a
-//! route (endpoint + credential) per call. Keys live only here and in the gateway's egress
-//! hook for the length of one call; they never enter a guest, a frame, the trace or a log.
+//! The credentials actor: the one place keys live (besides a store's egress hook for the length
+//! of one call). It resolves every driver's credential at launch, holds injected secrets in
+//! memory, and decides in its one mailbox both "may the loop select choice X now?" (marking X
+//! in use in the same step) and "may secret S be forgotten?", so no interleaving of switches
+//! and forgets can leave the active choice without a key (CONTRACT §5–§7).
 //!
-//! Sources (CONTRACT §5): `environment` (read once at launch), `manifest` (a literal),
-//! `keyless`, or `none`. The `config` and `injected` sources and switching checks build on
-//! this actor (issue 5).
+//! Sources: `config` (a host config file's `credentials.<NAME>`, re-read on every use so
+//! rotation works, keeping the last good value), `environment` (read once at launch),
+//! `manifest` (a literal), `injected` (a `control.secrets` name; memory only), `keyless`, and
+//! `none` (an alternate whose credential resolved nowhere: staged unavailable).
 
+use capsule_protocol::host_config::HostConfig;
 use capsule_protocol::manifest::{Gateway, UpstreamAuth, interpolated_name};
-use capsule_runtime::{Credential, GatewayRoute};
+use capsule_runtime::{Credential, GatewayRoute, SecretKey};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::HashMap;
+use std::path::PathBuf;
 
-use capsule_runtime::SecretKey;
+use crate::control::ControlRefusal;
 
-/// Where a credential came from; recorded as `credential_source`.
+/// Where a credential comes from; recorded as `credential_source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CredentialSource {
@@ -31,79 +36,233 @@ pub enum CredentialSource {
     None,
 }
 
-/// One driver's resolved gateway.
+#[derive(Clone)]
+enum Key {
+    Keyless,
+    Literal(SecretKey),
+    Environment(SecretKey),
+    Config { name: String, path: PathBuf, last: SecretKey },
+    Injected(String),
+    Unresolved(String),
+}
+
+/// One driver's gateway and credential.
 #[derive(Clone)]
 pub struct DriverCredential {
     /// Real endpoint.
     pub endpoint: http::Uri,
-    /// Source.
-    pub source: CredentialSource,
-    /// The variable named by `${NAME}`, when any.
-    pub variable: Option<String>,
-    key: Option<SecretKey>,
+    key: Key,
     upstream_auth: Option<UpstreamAuth>,
 }
 
 impl std::fmt::Debug for DriverCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DriverCredential").field("endpoint", &self.endpoint).field("source", &self.source).field("variable", &self.variable).finish_non_exhaustive()
+        f.debug_struct("DriverCredential").field("endpoint", &self.endpoint).field("source", &self.source()).field("name", &self.name()).finish_non_exhaustive()
     }
 }
 
+/// Where `${NAME}` may come from at launch.
+pub struct Sources<'a> {
+    /// The environment snapshot.
+    pub env: &'a HashMap<String, String>,
+    /// The host config and its path (re-read on use).
+    pub config: Option<(&'a HostConfig, PathBuf)>,
+    /// Declared `control.secrets`.
+    pub secrets: &'a [String],
+}
+
 impl DriverCredential {
-    /// Resolve a gateway against an environment snapshot. `Err` names the variable that
-    /// resolved nowhere.
-    pub fn resolve(g: &Gateway, upstream_auth: Option<UpstreamAuth>, env: &HashMap<String, String>) -> Result<DriverCredential, String> {
+    /// Resolve a gateway's credential. A `${NAME}` resolves to an injected secret when `NAME`
+    /// is a declared `control.secrets` entry, else the host config, else the environment;
+    /// nowhere gives a credential that is unresolved (the caller refuses or stages it).
+    pub fn resolve(g: &Gateway, upstream_auth: Option<UpstreamAuth>, src: &Sources<'_>) -> Result<DriverCredential, String> {
         let endpoint: http::Uri = g.endpoint.parse().map_err(|_| format!("endpoint `{}` is not a valid URL", g.endpoint))?;
-        let (source, variable, key) = match (&g.api_key, g.keyless) {
-            (_, true) | (None, _) => (CredentialSource::Keyless, None, None),
+        let key = match (&g.api_key, g.keyless) {
+            (_, true) | (None, _) => Key::Keyless,
             (Some(k), false) => match interpolated_name(k) {
-                Some(name) => match env.get(name).filter(|v| !v.is_empty()) {
-                    Some(v) => (CredentialSource::Environment, Some(name.to_string()), Some(SecretKey(v.clone()))),
-                    None => return Err(name.to_string()),
-                },
-                None => (CredentialSource::Manifest, None, Some(SecretKey(k.clone()))),
+                None => Key::Literal(SecretKey(k.clone())),
+                Some(name) if src.secrets.iter().any(|s| s == name) => Key::Injected(name.to_string()),
+                Some(name) => {
+                    let from_config = src.config.as_ref().and_then(|(c, p)| c.credentials.get(name).filter(|v| !v.is_empty()).map(|v| (v.clone(), p.clone())));
+                    match (from_config, src.env.get(name).filter(|v| !v.is_empty())) {
+                        (Some((v, path)), _) => Key::Config { name: name.to_string(), path, last: SecretKey(v) },
+                        (None, Some(v)) => Key::Environment(SecretKey(v.clone())),
+                        (None, None) => Key::Unresolved(name.to_string()),
+                    }
+                }
             },
         };
-        Ok(DriverCredential { endpoint, source, variable, key, upstream_auth })
+        Ok(DriverCredential { endpoint, key, upstream_auth })
     }
 
-    fn route(&self) -> GatewayRoute {
-        let fixed = match (&self.upstream_auth, &self.key) {
+    /// The source, as traced.
+    pub fn source(&self) -> CredentialSource {
+        match self.key {
+            Key::Keyless => CredentialSource::Keyless,
+            Key::Literal(_) => CredentialSource::Manifest,
+            Key::Environment(_) => CredentialSource::Environment,
+            Key::Config { .. } => CredentialSource::Config,
+            Key::Injected(_) => CredentialSource::Injected,
+            Key::Unresolved(_) => CredentialSource::None,
+        }
+    }
+
+    /// The credential's name (`${NAME}`), when it has one.
+    pub fn name(&self) -> Option<&str> {
+        match &self.key {
+            Key::Config { name, .. } | Key::Injected(name) | Key::Unresolved(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether this credential resolved at launch (an injected one counts: it is declared).
+    pub fn staged(&self) -> bool {
+        !matches!(self.key, Key::Unresolved(_))
+    }
+
+    /// The key now: a config source is re-read (keeping the last good value on failure).
+    fn current(&mut self, secrets: &HashMap<String, SecretKey>) -> Result<Option<SecretKey>, String> {
+        match &mut self.key {
+            Key::Keyless => Ok(None),
+            Key::Literal(k) | Key::Environment(k) => Ok(Some(k.clone())),
+            Key::Config { name, path, last } => {
+                let fresh = std::fs::read_to_string(&*path).ok().and_then(|t| capsule_protocol::host_config::parse(&t, "host config").ok()).and_then(|c| c.credentials.get(name.as_str()).filter(|v| !v.is_empty()).cloned());
+                if let Some(v) = fresh {
+                    *last = SecretKey(v);
+                }
+                Ok(Some(last.clone()))
+            }
+            Key::Injected(name) => secrets.get(name.as_str()).cloned().map(Some).ok_or_else(|| format!("credential `{name}` is a control secret with no value; PUT /control/secrets/{name} first")),
+            Key::Unresolved(name) => Err(format!("credential `{name}` resolved nowhere at launch (not a control secret, not in the host config, not in the environment)")),
+        }
+    }
+
+    fn route(&mut self, secrets: &HashMap<String, SecretKey>) -> Result<GatewayRoute, String> {
+        let key = self.current(secrets)?;
+        let fixed = match (&self.upstream_auth, &key) {
             (Some(a), Some(k)) => Credential::templated(&a.header, &a.value, &k.0),
             _ => None,
         };
-        GatewayRoute { endpoint: self.endpoint.clone(), fixed, key: self.key.clone() }
+        Ok(GatewayRoute { endpoint: self.endpoint.clone(), fixed, key })
     }
 }
 
 /// Messages.
 pub enum CredentialsMsg {
-    /// The route for a driver's next call (`None` for a driver without a gateway).
+    /// The route for a driver's next call: `Ok(None)` for a driver without a gateway, `Err`
+    /// naming the credential when it cannot produce a value (the call is refused in here).
     Route {
         /// Driver artifact.
         artifact: String,
         /// Answer.
-        reply: RpcReplyPort<Option<GatewayRoute>>,
+        reply: RpcReplyPort<Result<Option<GatewayRoute>, String>>,
     },
+    /// May the loop select choice `index` now? If yes it is marked in use in the same step.
+    Select {
+        /// Choice index.
+        index: usize,
+        /// Answer.
+        reply: RpcReplyPort<Result<(), ControlRefusal>>,
+    },
+    /// Inject a secret; answers whether it replaced a value.
+    SetSecret {
+        /// Name (a declared `control.secrets` entry).
+        name: String,
+        /// Value (memory only).
+        value: SecretKey,
+        /// Answer.
+        reply: RpcReplyPort<bool>,
+    },
+    /// Forget a secret, unless it keys the choice in use.
+    Forget {
+        /// Name.
+        name: String,
+        /// Answer.
+        reply: RpcReplyPort<Result<(), ControlRefusal>>,
+    },
+    /// Per choice, whether its credential can produce a value now; and each secret's `set`.
+    Status(RpcReplyPort<(Vec<bool>, Vec<(String, bool)>)>),
 }
 
-/// The actor; its argument is the resolved table.
+/// What the actor is started (and restarted) with.
+#[derive(Clone)]
+pub struct CredentialsArgs {
+    /// Credentials by driver artifact.
+    pub drivers: HashMap<String, DriverCredential>,
+    /// The driver artifact of each choice, in choice order.
+    pub choices: Vec<String>,
+    /// Declared secret names.
+    pub secrets: Vec<String>,
+}
+
+/// State.
+pub struct CredentialsState {
+    args: CredentialsArgs,
+    values: HashMap<String, SecretKey>,
+    active: usize,
+}
+
+impl CredentialsState {
+    fn available(&mut self, index: usize) -> Result<(), String> {
+        let Some(artifact) = self.args.choices.get(index) else { return Err("no such choice".into()) };
+        match self.args.drivers.get_mut(artifact) {
+            None => Ok(()),
+            Some(c) => c.current(&self.values).map(|_| ()),
+        }
+    }
+}
+
+/// The actor.
 pub struct Credentials;
 
 impl Actor for Credentials {
     type Msg = CredentialsMsg;
-    type State = HashMap<String, DriverCredential>;
-    type Arguments = HashMap<String, DriverCredential>;
+    type State = CredentialsState;
+    type Arguments = CredentialsArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<CredentialsMsg>, table: Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
-        Ok(table)
+    async fn pre_start(&self, _myself: ActorRef<CredentialsMsg>, args: CredentialsArgs) -> Result<CredentialsState, ActorProcessingErr> {
+        Ok(CredentialsState { args, values: HashMap::new(), active: 0 })
     }
 
-    async fn handle(&self, _myself: ActorRef<CredentialsMsg>, msg: CredentialsMsg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(&self, _myself: ActorRef<CredentialsMsg>, msg: CredentialsMsg, state: &mut CredentialsState) -> Result<(), ActorProcessingErr> {
         match msg {
             CredentialsMsg::Route { artifact, reply } => {
-                let _ = reply.send(state.get(&artifact).map(DriverCredential::route));
+                let values = &state.values;
+                let r = match state.args.drivers.get_mut(&artifact) {
+                    None => Ok(None),
+                    Some(c) => c.route(values).map(Some),
+                };
+                let _ = reply.send(r);
+            }
+            CredentialsMsg::Select { index, reply } => {
+                let r = match state.available(index) {
+                    Ok(()) => {
+                        state.active = index;
+                        Ok(())
+                    }
+                    Err(why) => Err(ControlRefusal::new(409, "credential_unresolvable", format!("the choice cannot be selected: {why}"))),
+                };
+                let _ = reply.send(r);
+            }
+            CredentialsMsg::SetSecret { name, value, reply } => {
+                let replaced = state.values.insert(name, value).is_some();
+                let _ = reply.send(replaced);
+            }
+            CredentialsMsg::Forget { name, reply } => {
+                let active_artifact = state.args.choices.get(state.active).cloned().unwrap_or_default();
+                let in_use = state.args.drivers.get(&active_artifact).is_some_and(|c| matches!(&c.key, Key::Injected(n) if *n == name));
+                let r = if in_use {
+                    Err(ControlRefusal::new(409, "in_use", format!("secret `{name}` keys the driver choice in use; switch to another choice before forgetting it")))
+                } else {
+                    state.values.remove(&name);
+                    Ok(())
+                };
+                let _ = reply.send(r);
+            }
+            CredentialsMsg::Status(reply) => {
+                let avail = (0..state.args.choices.len()).map(|i| state.available(i).is_ok()).collect();
+                let secrets = state.args.secrets.iter().map(|s| (s.clone(), state.values.contains_key(s))).collect();
+                let _ = reply.send((avail, secrets));
             }
         }
         Ok(())

@@ -91,12 +91,21 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     let route = match lookup::<CredentialsMsg>(&name(sid, role::CREDENTIALS)) {
         Some(c) => match c.call(|reply| CredentialsMsg::Route { artifact: artifact.clone(), reply }, Some(Duration::from_secs(10))).await {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => None,
+            _ => Err("the credentials actor did not answer".to_string()),
         },
-        None => None,
+        None => Err("the credentials actor is not running".to_string()),
+    };
+    let route = match route {
+        Ok(r) => r,
+        Err(why) => return InferReply { result: Err(InferenceError::Credential { artifact, why }), instantiate_time: Duration::ZERO, call_time: started.elapsed(), continuation_id: None },
     };
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;
+    for (k, v) in grants.env.iter_mut() {
+        if k == "MURMUR_INFERENCE_MODEL" {
+            *v = request.model.clone();
+        }
+    }
     let coalescer = lookup::<CoalescerMsg>(&name(sid, role::COALESCER));
     let sink = DriverSink { task_id, emitter: lookup::<EmitterMsg>(&name(sid, role::EMITTER)), coalescer: coalescer.clone() };
     let input = match serde_json::to_string(&request) {

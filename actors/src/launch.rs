@@ -10,7 +10,7 @@ use capsule_runtime::{ArtifactRole, Grants, Host, LoadedArtifact, OutgoingPolicy
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::credentials::DriverCredential;
+use crate::credentials::{DriverCredential, Sources};
 use crate::error::LaunchError;
 
 /// What a session is launched with.
@@ -24,6 +24,8 @@ pub struct LaunchOptions {
     pub host: Host,
     /// The environment snapshot (read once at launch).
     pub env: HashMap<String, String>,
+    /// The host config and the file it came from (credentials re-read from it on use).
+    pub host_config: Option<(capsule_protocol::host_config::HostConfig, PathBuf)>,
     /// The host-wide spend meter (`spend.machine_tokens_per_day`), shared by every session of
     /// the process.
     pub machine: Option<ractor::ActorRef<crate::machine_meter::MachineMsg>>,
@@ -154,25 +156,32 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
         let gateway = if a.name == m.inference.driver.artifact { m.primary_gateway() } else { a.gateway.clone() };
         let Some(g) = gateway else { continue };
         let upstream_auth = artifacts.iter().find(|r: &&ReadyArtifact| r.decl.name == a.name).and_then(|r| r.own.as_ref()).and_then(|o| o.upstream_auth.clone());
-        match DriverCredential::resolve(&g, upstream_auth, &opts.env) {
-            Ok(c) => {
-                credentials.insert(a.name.clone(), c);
-            }
-            Err(var) if a.name == m.inference.driver.artifact => {
+        let sources = Sources { env: &opts.env, config: opts.host_config.as_ref().map(|(c, p)| (c, p.clone())), secrets: &m.control.secrets };
+        let resolved = DriverCredential::resolve(&g, upstream_auth, &sources).map_err(|why| {
+            Diagnostic::new(Code::ManifestGateway, format!("artifacts[{}].gateway.endpoint", a.name), why, "write the endpoint as https://host[:port][/path]")
+        })?;
+        let unresolved = if resolved.staged() { None } else { resolved.name().map(str::to_string) };
+        credentials.insert(a.name.clone(), resolved);
+        match unresolved {
+            None => {}
+            Some(var) if a.name == m.inference.driver.artifact => {
                 return Err(Diagnostic::new(
                     Code::CredentialUnresolved,
                     format!("artifacts[{}].gateway.api_key", a.name),
-                    format!("the primary driver's credential `${{{var}}}` resolves nowhere (not in the environment)"),
-                    format!("export {var}=<key> before launching, or mark the gateway `keyless: true`"),
+                    format!("the primary driver's credential `${{{var}}}` resolves nowhere (not a control secret, not in the host config, not in the environment)"),
+                    format!("export {var}=<key> before launching, add credentials.{var} to the host config, or mark the gateway `keyless: true`"),
                 )
                 .into());
             }
-            Err(var) => warnings.push(Diagnostic::new(
-                Code::AlternateUnavailable,
-                format!("artifacts[{}].gateway.api_key", a.name),
-                format!("driver `{}` is staged unavailable: credential `${{{var}}}` resolves nowhere", a.name),
-                format!("export {var} to make it available"),
-            )),
+            Some(var) => {
+                let choices: Vec<&str> = m.inference.alternates.iter().filter(|c| c.driver.artifact() == a.name).map(|c| c.name.as_str()).collect();
+                warnings.push(Diagnostic::new(
+                    Code::AlternateUnavailable,
+                    format!("artifacts[{}].gateway.api_key", a.name),
+                    format!("driver choice {} (driver `{}`) is staged unavailable: credential `{var}` resolves nowhere", choices.join(", "), a.name),
+                    format!("export {var}, add credentials.{var} to the host config, or declare it under control.secrets and inject it"),
+                ));
+            }
         }
     }
 

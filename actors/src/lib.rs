@@ -16,7 +16,9 @@
 //! same name; see [`names`]. [`Session`] is the handle a CLI or a door uses.
 
 pub mod agent_loop;
+pub mod choices;
 pub mod coalescer;
+pub mod control;
 pub mod credentials;
 pub mod door;
 pub mod emitter;

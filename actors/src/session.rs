@@ -18,6 +18,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskRecord};
+use crate::control::{ControlRefusal, Principal, SettingChange};
+use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
 use crate::gateway::{GatewayArgs, GatewayMsg};
@@ -43,6 +45,19 @@ pub struct TaskOutcome {
     pub result_path: PathBuf,
 }
 
+/// The control surface of a session: the token's verification key and what is declared.
+#[derive(Debug, Clone)]
+pub struct ControlHandle {
+    /// Verifies presented tokens; the token itself is only in the file.
+    pub key: crate::control::TokenKey,
+    /// The `0600` file the token was written to.
+    pub token_file: PathBuf,
+    /// Declared settings.
+    pub settings: Vec<String>,
+    /// Declared secrets.
+    pub secrets: Vec<String>,
+}
+
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -63,6 +78,8 @@ pub struct Session {
     pub warnings: Vec<capsule_protocol::Diagnostic>,
     /// The capsule manifest (for the agent card and lifecycle).
     pub manifest: Arc<capsule_protocol::Manifest>,
+    /// The control surface, when `control.settings` or `control.secrets` is non-empty.
+    pub control: Option<ControlHandle>,
     supervisor: ActorRef<SupervisorMsg>,
 }
 
@@ -75,6 +92,21 @@ impl Session {
         let out_dir = dir.join("out");
         std::fs::create_dir_all(&out_dir).map_err(|source| LaunchError::Io { path: out_dir.clone(), source })?;
         let m = &prepared.manifest;
+        let (choices, choice_warnings) = crate::choices::resolve(m);
+        let mut warnings = prepared.warnings.clone();
+        warnings.extend(choice_warnings);
+        let control = if m.control.enabled() {
+            let token_file = dir.join("control.token");
+            let key = crate::control::TokenKey::mint(&token_file).map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
+            Some(ControlHandle { key, token_file, settings: m.control.settings.clone(), secrets: m.control.secrets.clone() })
+        } else {
+            None
+        };
+        let agent_switch = m.control.agent_settings.iter().any(|s| s == "inference.driver");
+        let mut tools = tool_specs(&prepared);
+        if agent_switch {
+            tools.push(crate::choices::switch_tool(&choices));
+        }
         let driver = m.inference.driver.artifact.clone();
         let deadline = prepared.artifacts.iter().find(|a| a.decl.name == driver).map(|a| a.grants.limits.deadline_seconds).unwrap_or(600);
         let loop_config = LoopConfig {
@@ -86,8 +118,13 @@ impl Session {
             max_turns: m.inference.max_turns,
             max_tokens: m.inference.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             system: prepared.system.clone(),
-            tools: tool_specs(&prepared),
+            tools,
             out_dir,
+            choices: choices.clone(),
+            stamp_producers: !m.inference.alternates.is_empty(),
+            control_settings: m.control.settings.clone(),
+            token_id: control.as_ref().map(|c| c.key.id()),
+            agent_switch,
             call_timeout: Duration::from_secs(deadline + 30),
             acceptance: m.lifecycle.task_acceptance,
             queue_depth: m.lifecycle.queue_depth as usize,
@@ -96,7 +133,11 @@ impl Session {
             ChildSpec::Journal(JournalArgs { trace_path: dir.join("trace.jsonl"), conversation_path: dir.join("conversation.jsonl") }),
             ChildSpec::Emitter(Arc::new(AtomicU64::new(1))),
             ChildSpec::Coalescer,
-            ChildSpec::Credentials(prepared.credentials.clone()),
+            ChildSpec::Credentials(Box::new(crate::credentials::CredentialsArgs {
+                drivers: prepared.credentials.clone(),
+                choices: choices.iter().map(|c| c.driver.clone()).collect(),
+                secrets: m.control.secrets.clone(),
+            })),
             ChildSpec::Spend(Box::new(crate::spend::SpendArgs::new(session_id.clone(), m.inference.max_session_tokens, opts.machine.clone()))),
         ];
         let mut tools = HashMap::new();
@@ -118,18 +159,29 @@ impl Session {
         let (supervisor, _) = Actor::spawn(Some(names::name(&session_id, role::SUPERVISOR)), CapsuleSupervisor, SupervisorArgs { session_id: session_id.clone(), children })
             .await
             .map_err(|source| LaunchError::Spawn { role: role::SUPERVISOR.into(), source })?;
-        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: prepared.warnings.clone(), manifest: Arc::new(prepared.manifest.clone()), supervisor };
+        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: warnings.clone(), manifest: Arc::new(prepared.manifest.clone()), control, supervisor };
         let artifacts: Vec<_> = prepared
             .artifacts
             .iter()
             .map(|a| json!({"name": a.decl.name, "runtime": a.decl.runtime, "cache": format!("{:?}", a.loaded.cache_hit).to_lowercase(), "load_ms": a.loaded.load_time.as_secs_f64() * 1000.0}))
             .collect();
-        let credential_sources: HashMap<_, _> = prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source)).collect();
-        session.trace(TraceKind::SessionStart, json!({
+        let credential_sources: HashMap<_, _> = prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source())).collect();
+        let mut start = json!({
             "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
             "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
-        }));
-        for w in &prepared.warnings {
+        });
+        if !m.inference.alternates.is_empty() {
+            start["inference_choices"] = json!(choices.iter().map(|c| {
+                let cred = prepared.credentials.get(&c.driver);
+                json!({"name": c.name, "driver": c.driver, "model": c.model, "max_tokens": c.max_tokens, "context_window": c.context_window,
+                       "credential_source": cred.map(|x| x.source()), "available": cred.is_none_or(|x| x.staged())})
+            }).collect::<Vec<_>>());
+        }
+        if let Some(c) = &session.control {
+            start["control"] = json!({"settings": c.settings, "secrets": c.secrets, "token_id": c.key.id(), "agent_settings": m.control.agent_settings});
+        }
+        session.trace(TraceKind::SessionStart, start);
+        for w in &warnings {
             session.trace(TraceKind::Warning, json!({"code": w.code.as_str(), "at": w.at, "rule": w.rule, "fix": w.fix}));
         }
         Ok(session)
@@ -195,6 +247,66 @@ impl Session {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             _ => HashMap::new(),
         }
+    }
+
+    /// Change a setting (`inference.driver`, `inference.max_tokens`); value checks, then the
+    /// credential check (409) for a switch.
+    pub async fn set_setting(&self, name: &str, value: serde_json::Value, principal: Principal) -> Result<SettingChange, ControlRefusal> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the agent loop is restarting; try again"))?;
+        let r = match name {
+            "inference.driver" => l.call(|reply| LoopMsg::Switch { choice: value, principal, reply }, Some(Duration::from_secs(30))).await,
+            "inference.max_tokens" => l.call(|reply| LoopMsg::SetMaxTokens { value, principal, reply }, Some(Duration::from_secs(30))).await,
+            other => return Err(ControlRefusal::new(404, "undeclared_setting", format!("`{other}` is not a setting this runtime knows"))),
+        };
+        match r {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => Err(ControlRefusal::new(503, "unavailable", "the agent loop did not answer; try again")),
+        }
+    }
+
+    /// Inject a secret (memory only); answers whether it replaced a value.
+    pub async fn set_secret(&self, name: &str, value: &str) -> Result<bool, ControlRefusal> {
+        if !crate::control::valid_secret(value) {
+            return Err(ControlRefusal::new(422, "invalid_value", "a secret value is visible ASCII and space only, and not empty"));
+        }
+        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
+        let value = capsule_runtime::SecretKey(value.to_string());
+        match c.call(|reply| CredentialsMsg::SetSecret { name: name.to_string(), value, reply }, Some(Duration::from_secs(10))).await {
+            Ok(ractor::rpc::CallResult::Success(replaced)) => {
+                self.trace(TraceKind::ControlChange, json!({"secret": name, "set": true, "replaced": replaced, "principal": Principal::Operator, "token_id": self.control.as_ref().map(|c| c.key.id())}));
+                Ok(replaced)
+            }
+            _ => Err(ControlRefusal::new(503, "unavailable", "the credentials actor did not answer; try again")),
+        }
+    }
+
+    /// Forget a secret, unless it keys the choice in use (409 `in_use`).
+    pub async fn forget_secret(&self, name: &str) -> Result<(), ControlRefusal> {
+        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
+        match c.call(|reply| CredentialsMsg::Forget { name: name.to_string(), reply }, Some(Duration::from_secs(10))).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => {
+                match &r {
+                    Ok(()) => self.trace(TraceKind::ControlChange, json!({"secret": name, "set": false, "principal": Principal::Operator, "token_id": self.control.as_ref().map(|c| c.key.id())})),
+                    Err(refusal) => self.trace(TraceKind::ControlRefused, json!({"secret": name, "status": refusal.status, "reason": refusal.reason, "token_id": self.control.as_ref().map(|c| c.key.id())})),
+                }
+                r
+            }
+            _ => Err(ControlRefusal::new(503, "unavailable", "the credentials actor did not answer; try again")),
+        }
+    }
+
+    /// The `GET /control` body.
+    pub async fn control_view(&self) -> Result<serde_json::Value, SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        match l.call(LoopMsg::ControlView, Some(Duration::from_secs(10))).await {
+            Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
+            _ => Err(SessionError::LoopDown),
+        }
+    }
+
+    /// Write a trace event for this session (the door uses it for refusals it decides).
+    pub fn trace_event(&self, kind: TraceKind, fields: serde_json::Value) {
+        self.trace(kind, fields);
     }
 
     /// Test hook: make the gateway of `artifact` panic.

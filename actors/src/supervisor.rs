@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::agent_loop::{AgentLoop, LoopConfig};
 use crate::coalescer::Coalescer;
-use crate::credentials::{Credentials, DriverCredential};
+use crate::credentials::{Credentials, CredentialsArgs};
 use crate::emitter::Emitter;
 use crate::gateway::{Gateway, GatewayArgs};
 use crate::journal::{Journal, JournalArgs, JournalMsg};
@@ -45,8 +45,8 @@ pub enum ChildSpec {
     Emitter(Arc<AtomicU64>),
     /// The coalescer.
     Coalescer,
-    /// The credentials table.
-    Credentials(HashMap<String, DriverCredential>),
+    /// The credentials table, the choices' drivers and the declared secrets.
+    Credentials(Box<CredentialsArgs>),
     /// The spend meter, with its ceiling, the host's meter and the book that survives restarts.
     Spend(Box<crate::spend::SpendArgs>),
     /// A gateway.
@@ -98,7 +98,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, a, sup).await?.0.get_cell(),
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell(),
-        ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, a, sup).await?.0.get_cell(),
+        ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, *a, sup).await?.0.get_cell(),
         ChildSpec::Spend(a) => Actor::spawn_linked(name, SpendMeter, *a, sup).await?.0.get_cell(),
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
         ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),

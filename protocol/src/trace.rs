@@ -28,6 +28,12 @@ pub enum TraceKind {
     Warning,
     /// The spend meter refused a call.
     SpendCeilingReached,
+    /// A setting was changed (operator or agent).
+    ControlChange,
+    /// A control request was refused.
+    ControlRefused,
+    /// A changed setting took effect on an inference call.
+    ControlApplied,
 }
 
 impl TraceKind {
@@ -43,6 +49,9 @@ impl TraceKind {
             TraceKind::ActorRestarted => "actor_restarted",
             TraceKind::Warning => "warning",
             TraceKind::SpendCeilingReached => "spend_ceiling_reached",
+            TraceKind::ControlChange => "control_change",
+            TraceKind::ControlRefused => "control_refused",
+            TraceKind::ControlApplied => "control_applied",
         }
     }
 }

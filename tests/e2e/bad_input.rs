@@ -20,7 +20,7 @@ fn with_driver(source: &str) -> String {
 #[tokio::test]
 async fn no_manifest_is_refused_with_e_man_001() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = capsule_actors::LaunchOptions { manifest: dir.path().into(), workdir: dir.path().join("w"), host: host(), env: Default::default(), endpoint_override: None, machine: None };
+    let opts = capsule_actors::LaunchOptions { manifest: dir.path().into(), workdir: dir.path().join("w"), host: host(), env: Default::default(), endpoint_override: None, machine: None, host_config: None };
     let e = capsule_actors::Session::launch(opts).await.err().expect("refused");
     assert_eq!(e.code().as_str(), "E-MAN-001");
     assert!(e.to_string().contains("murmur.yaml"), "{e}");

@@ -48,7 +48,7 @@ impl Capsule {
     }
 
     pub fn options(&self, env: HashMap<String, String>) -> LaunchOptions {
-        LaunchOptions { manifest: self.dir.path().to_path_buf(), workdir: self.workdir.clone(), host: host(), env, endpoint_override: None, machine: None }
+        LaunchOptions { manifest: self.dir.path().to_path_buf(), workdir: self.workdir.clone(), host: host(), env, endpoint_override: None, machine: None, host_config: None }
     }
 
     pub async fn launch(&self) -> Result<Session, LaunchError> {

@@ -6,6 +6,7 @@
 mod adversarial;
 mod bad_input;
 mod common;
+mod control;
 mod demo;
 mod door;
 mod gateway;

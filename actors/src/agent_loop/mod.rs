@@ -12,11 +12,13 @@
 //! is emitted after the trace and conversation are flushed, and exactly once per attempt
 //! (the running task is taken out of the state when it finishes).
 
+mod control;
 mod intake;
 mod task;
 
 use capsule_protocol::frame::TaskState;
 use capsule_protocol::manifest::TaskAcceptance;
+use crate::control::{ControlRefusal, Principal, SettingChange};
 use capsule_protocol::neutral::{Message, ToolSpec};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
@@ -100,6 +102,26 @@ pub enum LoopMsg {
     },
     /// Write `session_end` and flush; answered when durable.
     EndSession(RpcReplyPort<()>),
+    /// Select a driver choice by name (applies from the next inference call).
+    Switch {
+        /// Choice name.
+        choice: serde_json::Value,
+        /// Who asks.
+        principal: Principal,
+        /// Answer.
+        reply: RpcReplyPort<Result<SettingChange, ControlRefusal>>,
+    },
+    /// Change `inference.max_tokens` for every later call.
+    SetMaxTokens {
+        /// The value (an integer 1..2^32−1).
+        value: serde_json::Value,
+        /// Who asks.
+        principal: Principal,
+        /// Answer.
+        reply: RpcReplyPort<Result<SettingChange, ControlRefusal>>,
+    },
+    /// The `GET /control` body.
+    ControlView(RpcReplyPort<serde_json::Value>),
 }
 
 /// What the loop needs to know about the capsule (fixed for the session).
@@ -125,6 +147,16 @@ pub struct LoopConfig {
     pub tools: Vec<ToolSpec>,
     /// Where `result.txt` goes.
     pub out_dir: PathBuf,
+    /// Driver choices, primary first.
+    pub choices: Vec<crate::choices::DriverChoice>,
+    /// Whether alternates are declared: then `produced_by`, `driver_choice` are written.
+    pub stamp_producers: bool,
+    /// `control.settings` (empty: no operator surface).
+    pub control_settings: Vec<String>,
+    /// The control token's id, for the trace.
+    pub token_id: Option<String>,
+    /// `control.agent_settings` lists `inference.driver`: the `switch-driver` tool exists.
+    pub agent_switch: bool,
     /// Upper bound on one driver call as seen by the loop (the driver's deadline plus margin).
     pub call_timeout: std::time::Duration,
     /// `lifecycle.task_acceptance`.
@@ -139,6 +171,8 @@ pub struct LoopConfig {
 pub struct HeldContinuation {
     pub(crate) id: String,
     pub(crate) acked: usize,
+    /// The choice it came from: a call under another choice resends everything.
+    pub(crate) choice: usize,
 }
 
 /// A submitted task waiting behind the running one.
@@ -159,6 +193,12 @@ pub struct LoopState {
     pub(crate) continuation: Option<HeldContinuation>,
     /// Counts each message once, as it enters the context.
     pub(crate) counter: crate::tokens::TokenCounter,
+    /// The driver choice in use (index into `config.choices`).
+    pub(crate) active: usize,
+    /// A controller's `inference.max_tokens`, capping every later call.
+    pub(crate) max_tokens_override: Option<u32>,
+    /// The (choice, cap) of the last call, to trace `control_applied` when a change takes effect.
+    pub(crate) last_applied: Option<(usize, u32)>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
 }
 
@@ -171,7 +211,7 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new() })
+        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new(), active: 0, max_tokens_override: None, last_applied: None })
     }
 
     async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
@@ -197,6 +237,18 @@ impl Actor for AgentLoop {
                     state.on_tool_done(&myself, reply).await;
                     state.start_queued(&myself).await;
                 }
+            }
+            LoopMsg::Switch { choice, principal, reply } => {
+                let r = state.switch(&choice, principal).await;
+                let _ = reply.send(r);
+            }
+            LoopMsg::SetMaxTokens { value, principal, reply } => {
+                let r = state.set_max_tokens(&value, principal);
+                let _ = reply.send(r);
+            }
+            LoopMsg::ControlView(reply) => {
+                let v = state.control_view().await;
+                let _ = reply.send(v);
             }
             LoopMsg::EndSession(reply) => {
                 state.end_session().await;

@@ -1,7 +1,7 @@
 //! The running task and the loop's steps: start, turn, inference answer, tool calls, finish.
 
 use capsule_protocol::frame::{ArtifactBody, Frame, StatusBody, TaskState};
-use capsule_protocol::neutral::{Block, DriverRequest, Message, Role, StopReason};
+use capsule_protocol::neutral::{Block, DriverRequest, Message, ProducedBy, Role, StopReason};
 use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
@@ -33,6 +33,8 @@ pub struct Running {
     pub(crate) call_started: Instant,
     /// cl100k estimate of the current call's input.
     pub(crate) estimate: u64,
+    /// The driver choice the current call uses.
+    pub(crate) choice: usize,
 }
 
 impl LoopState {
@@ -81,6 +83,7 @@ impl LoopState {
             next_call: 0,
             call_started: now,
             estimate: 0,
+            choice: 0,
         };
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Reset);
@@ -115,13 +118,23 @@ impl LoopState {
             is_final: false,
         });
         let c = &self.config;
-        let (messages, continuation_id) = match &self.continuation {
-            Some(h) if h.acked <= self.conversation.len() => (self.conversation[h.acked..].to_vec(), Some(h.id.clone())),
-            _ => (self.conversation.clone(), None),
+        let active = self.active;
+        let choice = c.choices[active].clone();
+        let max_tokens = self.max_tokens_override.unwrap_or(choice.max_tokens);
+        if !c.control_settings.is_empty() && self.last_applied.is_some_and(|l| l != (active, max_tokens)) {
+            self.trace_control(TraceKind::ControlApplied, json!({"task_id": task_id, "turn": turn, "driver_choice": choice.name, "max_tokens": max_tokens}));
+        }
+        self.last_applied = Some((active, max_tokens));
+        let c = &self.config;
+        let (from, continuation_id) = match &self.continuation {
+            Some(h) if h.choice == active && h.acked <= self.conversation.len() => (h.acked, Some(h.id.clone())),
+            _ => (0, None),
         };
+        let producer = ProducedBy { driver: choice.driver.clone(), model: choice.model.clone() };
+        let messages = self.conversation[from..].iter().map(|m| wire_view(m, &producer)).collect();
         let request = DriverRequest {
-            model: c.model.clone(),
-            max_tokens: c.max_tokens,
+            model: choice.model.clone(),
+            max_tokens,
             system: c.system.clone(),
             messages,
             tools: c.tools.clone(),
@@ -129,9 +142,13 @@ impl LoopState {
             continuation_id,
             prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
         };
-        let gateway_name = names::gateway(self.sid(), &c.driver);
+        if let Some(r) = self.running.as_mut() {
+            r.choice = active;
+        }
+        let c = &self.config;
+        let gateway_name = names::gateway(self.sid(), &choice.driver);
         let spend_name = names::name(self.sid(), role::SPEND);
-        let artifact = c.driver.clone();
+        let artifact = choice.driver.clone();
         let timeout = c.call_timeout;
         let max_output = u64::from(request.max_tokens);
         let estimate = self.counter.estimate(&request);
@@ -163,6 +180,7 @@ impl LoopState {
             let message = refusal.to_string();
             return self.finish(ExitStatus::SpendCeilingReached, message).await;
         }
+        let used_choice = self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)].clone();
         let (stop, error) = match &reply.result {
             Ok(resp) => (json!(resp.stop_reason), serde_json::Value::Null),
             Err(e) => (json!("error"), json!({"code": e.code().as_str(), "message": e.to_string()})),
@@ -170,7 +188,8 @@ impl LoopState {
         self.trace(
             TraceKind::Inference,
             json!({
-                "task_id": task_id, "turn": turn, "driver": self.config.driver, "model": self.config.model,
+                "task_id": task_id, "turn": turn, "driver": used_choice.driver, "model": used_choice.model,
+                "driver_choice": if self.config.stamp_producers { json!(used_choice.name) } else { serde_json::Value::Null },
                 "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
                 "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
                 "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
@@ -190,11 +209,13 @@ impl LoopState {
             .iter()
             .filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None })
             .collect();
-        let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by: None };
+        let used = &self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)];
+        let produced_by = self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
+        let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
         self.record(message);
         self.continuation = match reply.continuation_id {
-            Some(id) if !id.is_empty() => Some(super::HeldContinuation { id, acked: self.conversation.len() }),
+            Some(id) if !id.is_empty() => Some(super::HeldContinuation { id, acked: self.conversation.len(), choice: self.running.as_ref().map(|r| r.choice).unwrap_or(0) }),
             _ => None,
         };
         match resp.stop_reason {
@@ -217,6 +238,15 @@ impl LoopState {
         };
         r.call_started = Instant::now();
         let attempt = r.attempt;
+        if name == crate::choices::SWITCH_TOOL && self.config.agent_switch {
+            let target = input.get("driver").cloned().unwrap_or(serde_json::Value::Null);
+            let reply = match self.switch(&target, crate::control::Principal::Agent).await {
+                Ok(ch) => ToolRunReply { content: format!("switched the driver choice from {} to {}; it applies from the next inference call", ch.previous, ch.value), is_error: false, duration_ms: 0, truncated: false, code: None },
+                Err(r) => ToolRunReply { content: format!("{} ({})", r.error, r.reason), is_error: true, duration_ms: 0, truncated: false, code: None },
+            };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+            return;
+        }
         if !declared.contains(&name) {
             let content = format!("tool `{name}` is not declared in this capsule; available tools: {}", if declared.is_empty() { "none".to_string() } else { declared.join(", ") });
             let reply = ToolRunReply { content, is_error: true, duration_ms: 0, truncated: false, code: None };
@@ -337,4 +367,17 @@ async fn admitted_call(spend_name: &str, gateway_name: &str, artifact: &str, tas
     };
     let _ = meter.cast(settle);
     reply
+}
+
+/// What a driver choice is sent of a stored message: a `thinking` (or redacted thinking) block
+/// goes only to the driver and model that produced it; the stored history is never edited.
+fn wire_view(m: &Message, to: &ProducedBy) -> Message {
+    match &m.produced_by {
+        Some(p) if p != to && m.content.iter().any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. })) => {
+            let mut v = m.clone();
+            v.content.retain(|b| !matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. }));
+            v
+        }
+        _ => m.clone(),
+    }
 }

@@ -9,12 +9,13 @@
 //! `:heartbeat` comment every [`HEARTBEAT`]. A reader that does not read never stalls the
 //! others: each connection has its own bounded queue at the emitter.
 
+mod control;
 mod methods;
 mod rpc;
 mod sse;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,8 @@ pub fn app(session: Arc<Session>) -> Router {
     Router::new()
         .route("/.well-known/agent-card.json", get(methods::agent_card))
         .route("/", post(methods::rpc))
+        .route("/control", any(control::handle))
+        .route("/control/{*rest}", any(control::handle))
         .with_state(session)
 }
 
@@ -76,7 +79,7 @@ pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, Door
                 }
             }
         };
-        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(stop).await {
             tracing::error!(error = %e, "door stopped");
         }
     });

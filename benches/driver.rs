@@ -1,0 +1,605 @@
+//! Driver benchmarks for BENCHMARKS.md. Run: `cargo bench --bench driver`
+//!
+//! Both committed driver components (`components/dist/driver-anthropic.wasm`,
+//! `driver-openai.wasm`) are called directly, the way the gateway and the conformance suite call
+//! them (`LoadedArtifact::call` with driver grants whose gateway route points at the provider
+//! stub over real loopback HTTP). Two measurements:
+//!
+//! - **Call overhead excluding the provider**, for a 10-message neutral request: the runtime's own
+//!   timings (`CallOutcome.instantiate_time + call_time`) with the provider subtracted. The stub
+//!   answers a tiny precomputed body; after each driver call a plain client (a fresh TCP
+//!   connection + a hand-written HTTP/1.1 request in one write, as wasi-http also opens a fresh
+//!   connection per request) posts the same provider body to the same stub for the same answer.
+//!   Three subtractions are printed: A = that request's `stub_elapsed_ns` + the median loopback
+//!   round trip (plain exchange − the stub's time for it); B = the median plain exchange (the
+//!   stub's time when the body arrives in one write + the round trip); C = as B but from the
+//!   wall time around the whole `call()`. Also a "translate only" call: the same request with no
+//!   gateway route, so the policy refuses it before any connection.
+//! - **SSE parse + translate throughput inside the component**: a ≈20 MB recorded stream,
+//!   generated in memory (text deltas, and tool-input deltas), replayed by the stub as one
+//!   body; MB/s = body bytes / (median `call_time` − median time the plain client needs to read
+//!   the same body from the same stub over loopback).
+
+use capsule_protocol::manifest::Limits;
+use capsule_protocol::neutral::{Block, DriverRequest, Message, Role, ToolSpec};
+use capsule_runtime::{ArtifactRole, GatewayRoute, GuestEvents, Grants, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput, ToolStatus, gateway_address};
+use capsule_stub::{RawResponse, Script, Stub, StubHandle, Turn};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MODEL: &str = "bench-model";
+/// Timed calls per driver for the overhead table.
+const CALLS: usize = 300;
+/// Untimed calls first (page faults, pool slots, connection paths).
+const WARMUP: usize = 30;
+/// Replays per stream for the throughput table.
+const REPLAYS: usize = 5;
+/// Target size of each generated stream.
+const STREAM_BYTES: usize = 20_000_000;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Nearest-rank percentile of an unsorted sample.
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * s.len() as f64).ceil().max(1.0) as usize;
+    s[rank - 1]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The provider a driver speaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Provider {
+    Anthropic,
+    OpenAi,
+}
+
+impl Provider {
+    fn name(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+        }
+    }
+}
+
+/// Counts what the guest reports, cheaply (an atomic add per event).
+#[derive(Default)]
+struct Counter {
+    chunks: AtomicU64,
+    chunk_bytes: AtomicU64,
+    tool_starts: AtomicU64,
+    tool_reports: AtomicU64,
+}
+
+impl GuestEvents for Counter {
+    fn chunk(&self, text: String) {
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+        self.chunk_bytes.fetch_add(text.len() as u64, Ordering::Relaxed);
+    }
+    fn thinking(&self, _: String) {}
+    fn tool_call_started(&self, _: String, _: String) {
+        self.tool_starts.fetch_add(1, Ordering::Relaxed);
+    }
+    fn tool_call_input_bytes(&self, _: String, _: u64) {
+        self.tool_reports.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Driver grants as the gateway builds them, with the route to `endpoint`, keyless.
+fn grants(provider: Provider, endpoint: &str) -> Grants {
+    Grants {
+        role: ArtifactRole::Driver,
+        env: vec![
+            ("MURMUR_CAPSULE_NAME".into(), "bench".into()),
+            ("MURMUR_CAPSULE_VERSION".into(), "0.1.0".into()),
+            ("MURMUR_SESSION_ID".into(), "ses_bench".into()),
+            ("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()),
+            ("MURMUR_INFERENCE_MODEL".into(), MODEL.into()),
+            ("MURMUR_INFERENCE_DRIVER".into(), provider.name().into()),
+            ("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()),
+        ],
+        preopen: None,
+        limits: Limits { deadline_seconds: 120, ..Limits::default() },
+        policy: OutgoingPolicy { allow: Vec::new(), gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("stub url"), fixed: None, key: None }) },
+    }
+}
+
+fn assistant(content: Vec<Block>) -> Message {
+    Message { role: Role::Assistant, content, tool_call_id: None, is_error: None, produced_by: None }
+}
+
+fn call_block(id: &str, input: Value) -> Block {
+    Block::ToolCall { id: id.into(), name: "files".into(), input }
+}
+
+/// A realistic 10-message conversation in the middle of a task: a user ask, two parallel tool
+/// calls and their results, more calls, a reply, a follow-up, and one more call and result.
+/// Two tools with JSON schemas and a system prompt; about 6 KB of neutral JSON.
+fn ten_message_request() -> String {
+    let source: String = (0..24).map(|i| format!("fn step_{i}(x: u64) -> u64 {{ x.wrapping_mul({i}) + 1 }}\n")).collect();
+    let messages = vec![
+        Message::user_text("Please look at src/lib.rs and src/main.rs, then make every step function saturating instead of wrapping, and tell me what you changed."),
+        assistant(vec![
+            Block::Text { text: "I'll read both files first.".into() },
+            call_block("call_1", json!({"op": "read", "path": "src/lib.rs"})),
+            call_block("call_2", json!({"op": "read", "path": "src/main.rs"})),
+        ]),
+        Message::tool_result("call_1", source.clone(), false),
+        Message::tool_result("call_2", "fn main() {\n    println!(\"{}\", lib::step_3(7));\n}\n", false),
+        assistant(vec![call_block("call_3", json!({"op": "write", "path": "src/lib.rs", "content": source.replace("wrapping_mul", "saturating_mul")}))]),
+        Message::tool_result("call_3", "wrote 1 file (1,234 bytes)", false),
+        assistant(vec![Block::Text { text: "Done: all 24 step functions in src/lib.rs now use saturating_mul; src/main.rs needed no change.".into() }]),
+        Message::user_text("Thanks. Can you also list the folder so I can see nothing else changed?"),
+        assistant(vec![call_block("call_4", json!({"op": "list", "path": "."}))]),
+        Message::tool_result("call_4", "Cargo.toml\nREADME.md\nsrc/\nsrc/lib.rs\nsrc/main.rs\ntests/\n", false),
+    ];
+    let tools = vec![
+        ToolSpec {
+            name: "files".into(),
+            description: Some("Read, write and list files in the capsule's folder.".into()),
+            parameters: json!({"type": "object", "properties": {"op": {"type": "string", "enum": ["read", "write", "list"]}, "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["op", "path"]}),
+        },
+        ToolSpec {
+            name: "search".into(),
+            description: Some("Search the folder for a regular expression.".into()),
+            parameters: json!({"type": "object", "properties": {"pattern": {"type": "string"}, "max_results": {"type": "integer"}}, "required": ["pattern"]}),
+        },
+    ];
+    let request = DriverRequest {
+        model: MODEL.into(),
+        max_tokens: 4096,
+        system: "You are a careful coding agent. Use the tools to inspect files before changing them, and say what you changed.".into(),
+        messages,
+        tools,
+        params: serde_json::Map::new(),
+        continuation_id: None,
+        prompt_cache_key: "bench:0.1.0".into(),
+    };
+    assert_eq!(request.messages.len(), 10);
+    serde_json::to_string(&request).expect("serializes")
+}
+
+fn sse(name: &str, data: &Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn oa_data(data: &Value) -> String {
+    format!("data: {data}\n\n")
+}
+
+fn oa_chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1_750_000_000, "model": MODEL, "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}], "usage": null})
+}
+
+fn oa_usage() -> Value {
+    json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1_750_000_000, "model": MODEL, "choices": [], "usage": {"prompt_tokens": 1200, "completion_tokens": 1, "total_tokens": 1201}})
+}
+
+fn an_start() -> String {
+    sse("message_start", &json!({"type": "message_start", "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": MODEL, "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 1200, "output_tokens": 1}}}))
+}
+
+fn an_end(stop: &str) -> String {
+    sse("message_delta", &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 1}})) + &sse("message_stop", &json!({"type": "message_stop"}))
+}
+
+/// The smallest complete streamed answer: one text delta "ok".
+fn tiny_body(p: Provider) -> String {
+    match p {
+        Provider::Anthropic => {
+            an_start()
+                + &sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
+                + &sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}))
+                + &sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0}))
+                + &an_end("end_turn")
+        }
+        Provider::OpenAi => {
+            oa_data(&oa_chunk(json!({"role": "assistant", "content": "ok"}), None)) + &oa_data(&oa_chunk(json!({}), Some("stop"))) + &oa_data(&oa_usage()) + "data: [DONE]\n\n"
+        }
+    }
+}
+
+/// Text pieces of 20–30 bytes, like real token deltas: words, punctuation, some newlines,
+/// some quotes and an occasional non-ASCII character.
+fn text_piece(i: usize) -> String {
+    const WORDS: [&str; 12] = ["the", "stream", "parser", "reads", "bytes,", "then", "émits", "\"events\"", "for", "each", "delta", "line.\n"];
+    let mut s = String::new();
+    let mut k = i;
+    while s.len() < 20 {
+        s.push_str(WORDS[k % WORDS.len()]);
+        s.push(' ');
+        k = k.wrapping_mul(7).wrapping_add(3);
+    }
+    s
+}
+
+/// A tool input whose compact JSON is about `bytes` long: a file write with a long content.
+fn big_tool_input(bytes: usize) -> Value {
+    let mut content = String::with_capacity(bytes);
+    let mut i = 0;
+    while content.len() < bytes {
+        content.push_str(&format!("    let value_{i} = compute(\"key {i}\", {i});\n"));
+        i += 1;
+    }
+    json!({"op": "write", "path": "src/generated.rs", "content": content})
+}
+
+/// Cuts `s` into pieces of at most `n` bytes on character boundaries (as the stub does).
+fn pieces(s: &str, n: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let mut end = n.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (a, b) = rest.split_at(end);
+        out.push(a);
+        rest = b;
+    }
+    out
+}
+
+/// What a generated stream must produce.
+struct Expect {
+    chunks: u64,
+    text_bytes: u64,
+    tool_reports: u64,
+    tool_input: Option<Value>,
+}
+
+/// A ≈`STREAM_BYTES` stream of text deltas.
+fn text_stream(p: Provider) -> (String, Expect) {
+    let mut body = String::with_capacity(STREAM_BYTES + 4096);
+    let (mut chunks, mut text_bytes) = (0u64, 0u64);
+    match p {
+        Provider::Anthropic => {
+            body.push_str(&an_start());
+            body.push_str(&sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
+        }
+        Provider::OpenAi => body.push_str(&oa_data(&oa_chunk(json!({"role": "assistant", "content": ""}), None))),
+    }
+    let mut i = 0;
+    while body.len() < STREAM_BYTES {
+        let t = text_piece(i);
+        i += 1;
+        chunks += 1;
+        text_bytes += t.len() as u64;
+        match p {
+            Provider::Anthropic => body.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}))),
+            Provider::OpenAi => body.push_str(&oa_data(&oa_chunk(json!({"content": t}), None))),
+        }
+    }
+    match p {
+        Provider::Anthropic => {
+            body.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+            body.push_str(&an_end("end_turn"));
+        }
+        Provider::OpenAi => {
+            body.push_str(&oa_data(&oa_chunk(json!({}), Some("stop"))));
+            body.push_str(&oa_data(&oa_usage()));
+            body.push_str("data: [DONE]\n\n");
+        }
+    }
+    (body, Expect { chunks, text_bytes, tool_reports: 0, tool_input: None })
+}
+
+/// A ≈`STREAM_BYTES` stream of one tool call's input in 16-byte deltas (the stub's default
+/// `delta_bytes`): Anthropic `input_json_delta`, OpenAI `function.arguments`.
+fn tool_stream(p: Provider) -> (String, Expect) {
+    // Each 16-byte delta of the input costs ~155 bytes of SSE (Anthropic) or ~280 (OpenAI), the
+    // escaping of the JSON-in-JSON included.
+    let input_bytes = match p {
+        Provider::Anthropic => STREAM_BYTES * 16 / 155,
+        Provider::OpenAi => STREAM_BYTES * 16 / 280,
+    };
+    let input = big_tool_input(input_bytes);
+    let compact = input.to_string();
+    let parts = pieces(&compact, 16);
+    let mut body = String::with_capacity(STREAM_BYTES + 4096);
+    match p {
+        Provider::Anthropic => {
+            body.push_str(&an_start());
+            body.push_str(&sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_bench", "name": "files", "input": {}}})));
+            for piece in &parts {
+                body.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}})));
+            }
+            body.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+            body.push_str(&an_end("tool_use"));
+        }
+        Provider::OpenAi => {
+            body.push_str(&oa_data(&oa_chunk(json!({"role": "assistant", "content": null}), None)));
+            body.push_str(&oa_data(&oa_chunk(json!({"tool_calls": [{"index": 0, "id": "call_bench", "type": "function", "function": {"name": "files", "arguments": ""}}]}), None)));
+            for piece in &parts {
+                body.push_str(&oa_data(&oa_chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), None)));
+            }
+            body.push_str(&oa_data(&oa_chunk(json!({}), Some("tool_calls"))));
+            body.push_str(&oa_data(&oa_usage()));
+            body.push_str("data: [DONE]\n\n");
+        }
+    }
+    // OpenAI reports the empty first `arguments` too (one report per piece, empty ones included).
+    let reports = parts.len() as u64 + u64::from(p == Provider::OpenAi);
+    (body, Expect { chunks: 0, text_bytes: 0, tool_reports: reports, tool_input: Some(input) })
+}
+
+/// A plain HTTP/1.1 client: a fresh TCP connection, the request written by hand, the response
+/// head parsed for `content-length`, the body read to its end into a reused buffer. Returns the
+/// wall time from `connect` to the last body byte, and the body length.
+async fn plain_post(addr: SocketAddr, path: &str, headers: &str, body: &[u8], buf: &mut Vec<u8>) -> (Duration, usize) {
+    let t0 = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let head = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n", body.len());
+    let mut req = Vec::with_capacity(head.len() + body.len());
+    req.extend_from_slice(head.as_bytes());
+    req.extend_from_slice(body);
+    s.write_all(&req).await.expect("write");
+    buf.clear();
+    let mut chunk = vec![0u8; 256 * 1024];
+    let (head_end, len) = loop {
+        let n = s.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "the stub closed before the head");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+            let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).expect("content-length").trim().parse().expect("number");
+            break (i + 4, len);
+        }
+    };
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "the stub closed early");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    (t0.elapsed(), buf.len() - head_end)
+}
+
+/// The headers each driver sends (the plain client sends the same).
+fn provider_headers(p: Provider) -> &'static str {
+    match p {
+        Provider::Anthropic => "anthropic-version: 2023-06-01\r\naccept: text/event-stream\r\n",
+        Provider::OpenAi => "accept: text/event-stream\r\n",
+    }
+}
+
+struct Drivers {
+    host: Host,
+    anthropic: LoadedArtifact,
+    openai: LoadedArtifact,
+}
+
+impl Drivers {
+    fn get(&self, p: Provider) -> &LoadedArtifact {
+        match p {
+            Provider::Anthropic => &self.anthropic,
+            Provider::OpenAi => &self.openai,
+        }
+    }
+}
+
+struct OverheadRow {
+    provider: Provider,
+    neutral_bytes: usize,
+    provider_bytes: usize,
+    instantiate: Vec<f64>,
+    call: Vec<f64>,
+    /// The stub's time for each driver request.
+    stub: Vec<f64>,
+    /// The stub's time for each plain-client request.
+    plain_stub: Vec<f64>,
+    /// The plain client's whole exchange.
+    plain: Vec<f64>,
+    /// The plain client's exchange minus the stub's time for it.
+    rtt: Vec<f64>,
+    /// instantiate + call − stub(this request) − median RTT.
+    overhead_a: Vec<f64>,
+    /// instantiate + call − median plain exchange.
+    overhead_b: Vec<f64>,
+    /// wall around `call()` − median plain exchange.
+    overhead_c: Vec<f64>,
+    /// instantiate + call when the policy refuses the request (no provider at all).
+    translate_only: Vec<f64>,
+}
+
+async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
+    let input = ten_message_request();
+    let tiny = tiny_body(p);
+    let turns = vec![Turn::raw(RawResponse::body(tiny.clone())); WARMUP + 2 * CALLS];
+    let stub: StubHandle = Stub::start(Script::new(turns)).expect("stub");
+    let g = grants(p, &stub.url());
+    let artifact = d.get(p);
+    let counter = Arc::new(Counter::default());
+    let events: Arc<dyn GuestEvents> = counter.clone();
+    for _ in 0..WARMUP {
+        let o = artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let r = o.result.unwrap_or_else(|e| panic!("{} warm-up call failed: {e}; stderr {}", p.name(), o.stderr));
+        assert_eq!(r.status, ToolStatus::Passed, "{:?} {:?}", r.summary, r.data);
+        let data: Value = serde_json::from_str(r.data.as_deref().expect("data")).expect("json");
+        assert_eq!(data["content"][0]["text"], "ok", "{data}");
+    }
+    // The plain client posts exactly the provider body the driver wrote, to the same path.
+    let first = stub.requests().into_iter().next().expect("a request");
+    let provider_body = serde_json::to_vec(&first.body).expect("body");
+    assert!(first.body["messages"].as_array().is_some_and(|m| !m.is_empty()), "the stub recorded the translated request");
+    let path = first.path.clone();
+    let mut buf = Vec::new();
+    let (mut instantiate, mut call, mut wall, mut plain) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..CALLS {
+        let t0 = Instant::now();
+        let o = artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let w = t0.elapsed();
+        assert_eq!(o.result.as_ref().map(|r| r.status).ok(), Some(ToolStatus::Passed));
+        instantiate.push(us(o.instantiate_time));
+        call.push(us(o.call_time));
+        wall.push(us(w));
+        let (t, n) = plain_post(stub.addr(), &path, provider_headers(p), &provider_body, &mut buf).await;
+        assert_eq!(n, tiny.len());
+        plain.push(us(t));
+    }
+    let reqs = stub.requests();
+    assert_eq!(reqs.len(), WARMUP + 2 * CALLS);
+    let stub_us = |i: usize| reqs[i].stub_elapsed_ns as f64 / 1e3;
+    let stub: Vec<f64> = (0..CALLS).map(|i| stub_us(WARMUP + 2 * i)).collect();
+    let plain_stub: Vec<f64> = (0..CALLS).map(|i| stub_us(WARMUP + 2 * i + 1)).collect();
+    let rtt: Vec<f64> = (0..CALLS).map(|i| plain[i] - plain_stub[i]).collect();
+    let (rtt_med, plain_med) = (pct(&rtt, 50.0), pct(&plain, 50.0));
+    let overhead_a = (0..CALLS).map(|i| instantiate[i] + call[i] - stub[i] - rtt_med).collect();
+    let overhead_b = (0..CALLS).map(|i| instantiate[i] + call[i] - plain_med).collect();
+    let overhead_c = (0..CALLS).map(|i| wall[i] - plain_med).collect();
+    // The same call with no gateway route: the policy refuses the driver's request before any
+    // connection, so this is instantiate + parse + translate + serialize + the refusal + result.
+    let denied = Grants { policy: OutgoingPolicy::default(), ..g.clone() };
+    let mut translate_only = Vec::new();
+    for i in 0..WARMUP + CALLS {
+        let o = artifact.call(&d.host, &denied, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let r = o.result.expect("a result");
+        assert_eq!(r.status, ToolStatus::Failed, "refused: {:?}", r.summary);
+        assert!(r.summary.as_deref().unwrap_or("").contains("HttpRequestDenied"), "{:?}", r.summary);
+        if i >= WARMUP {
+            translate_only.push(us(o.instantiate_time + o.call_time));
+        }
+    }
+    OverheadRow { provider: p, neutral_bytes: input.len(), provider_bytes: provider_body.len(), instantiate, call, stub, plain_stub, plain, rtt, overhead_a, overhead_b, overhead_c, translate_only }
+}
+
+struct ThroughputRow {
+    provider: Provider,
+    kind: &'static str,
+    bytes: usize,
+    events: u64,
+    call_ms: f64,
+    read_ms: f64,
+}
+
+async fn throughput(d: &Drivers, p: Provider, kind: &'static str, dir: &std::path::Path) -> ThroughputRow {
+    let (body, expect) = if kind == "text" { text_stream(p) } else { tool_stream(p) };
+    let file = dir.join(format!("{}-{kind}.sse", p.name()));
+    std::fs::write(&file, &body).expect("write body");
+    let bytes = body.len();
+    drop(body);
+    let input = ten_message_request();
+    let artifact = d.get(p);
+    let (mut calls, mut reads) = (Vec::new(), Vec::new());
+    let mut buf = Vec::with_capacity(bytes + 4096);
+    for _ in 0..REPLAYS {
+        // A fresh stub per replay holds only this replay's two copies of the body.
+        let stub = Stub::start(Script::new(vec![Turn::raw(RawResponse::file(&file)), Turn::raw(RawResponse::file(&file))])).expect("stub");
+        let counter = Arc::new(Counter::default());
+        let o = artifact.call(&d.host, &grants(p, &stub.url()), counter.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let r = o.result.unwrap_or_else(|e| panic!("{} {kind} call failed: {e}; stderr {}", p.name(), o.stderr));
+        assert_eq!(r.status, ToolStatus::Passed, "{:?}", r.summary);
+        let data: Value = serde_json::from_str(r.data.as_deref().expect("data")).expect("json");
+        assert_eq!(counter.chunks.load(Ordering::Relaxed), expect.chunks, "{} {kind}: one chunk event per text delta", p.name());
+        assert_eq!(counter.chunk_bytes.load(Ordering::Relaxed), expect.text_bytes);
+        assert_eq!(counter.tool_reports.load(Ordering::Relaxed), expect.tool_reports, "{} {kind}: one report per input delta", p.name());
+        assert_eq!(counter.tool_starts.load(Ordering::Relaxed), u64::from(expect.tool_input.is_some()));
+        match &expect.tool_input {
+            Some(input) => {
+                let call = data["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "tool_call")).expect("a tool call");
+                assert!(call["input"] == *input, "{} {kind}: the input round-trips", p.name());
+            }
+            None => assert_eq!(data["content"][0]["text"].as_str().map(str::len), Some(expect.text_bytes as usize)),
+        }
+        calls.push(o.call_time.as_secs_f64() * 1e3);
+        let first = stub.requests().into_iter().next().expect("request");
+        let provider_body = serde_json::to_vec(&first.body).expect("body");
+        let (t, n) = plain_post(stub.addr(), &first.path, provider_headers(p), &provider_body, &mut buf).await;
+        assert_eq!(n, bytes);
+        reads.push(t.as_secs_f64() * 1e3);
+    }
+    let events = expect.chunks + expect.tool_reports;
+    ThroughputRow { provider: p, kind, bytes, events, call_ms: pct(&calls, 50.0), read_ms: pct(&reads, 50.0) }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    println!("# Driver benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    rt.block_on(async {
+        let host = Host::new(HostOptions { cache_dir: Some(repo().join("target/bench-component-cache")) }).expect("host");
+        let load = |name: &str| LoadedArtifact::load_file(&host, name, &repo().join(format!("components/dist/driver-{name}.wasm"))).expect("driver loads");
+        let d = Drivers { anthropic: load("anthropic"), openai: load("openai"), host: host.clone() };
+
+        let rows = vec![overhead(&d, Provider::Anthropic).await, overhead(&d, Provider::OpenAi).await];
+        println!("\n## Driver call overhead excluding the provider (10-message request, {CALLS} calls per driver after {WARMUP} warm-up)\n");
+        println!("Each call: `LoadedArtifact::call` on the committed component with a 10-message neutral request (system prompt, 2 tools); the stub answers a tiny precomputed SSE body (one text delta), sent whole. After each driver call a plain client (fresh TCP connection, hand-written HTTP/1.1, one write) posts the same provider body to the same stub for the same answer. All figures µs, p50 over {CALLS}.\n");
+        println!("| driver | neutral bytes | provider body bytes | instantiate | call | stub time, driver's request | stub time, plain request | plain exchange | loopback RTT (plain − its stub time) | translate only (request refused by policy) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                r.provider.name(),
+                r.neutral_bytes,
+                r.provider_bytes,
+                pct(&r.instantiate, 50.0),
+                pct(&r.call, 50.0),
+                pct(&r.stub, 50.0),
+                pct(&r.plain_stub, 50.0),
+                pct(&r.plain, 50.0),
+                pct(&r.rtt, 50.0),
+                pct(&r.translate_only, 50.0),
+            );
+        }
+        println!("\nOverhead, three ways of subtracting the provider:\n");
+        println!("- A = `instantiate_time` + `call_time` − that request's `stub_elapsed_ns` − median loopback RTT;");
+        println!("- B = `instantiate_time` + `call_time` − median plain exchange (the stub's time when the body arrives in one write + the RTT);");
+        println!("- C = wall time around the whole `call()` (adds WASI context + `Store` creation) − median plain exchange.\n");
+        println!("| driver | A p50 µs | A p90 µs | B p50 µs | B p90 µs | C p50 µs | C p90 µs |");
+        println!("|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                r.provider.name(),
+                pct(&r.overhead_a, 50.0),
+                pct(&r.overhead_a, 90.0),
+                pct(&r.overhead_b, 50.0),
+                pct(&r.overhead_b, 90.0),
+                pct(&r.overhead_c, 50.0),
+                pct(&r.overhead_c, 90.0),
+            );
+        }
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut t = Vec::new();
+        for p in [Provider::Anthropic, Provider::OpenAi] {
+            for kind in ["text", "tool-input"] {
+                t.push(throughput(&d, p, kind, dir.path()).await);
+            }
+        }
+        println!("\n## SSE parse + translate throughput inside the component (median of {REPLAYS} replays each)\n");
+        println!("A generated stream replayed by the stub as one body through the real component (events go to a counting sink). MB/s = body bytes / (median `call_time` − median time a plain client needs to POST the same request and read the same body from the same stub over loopback); \"raw MB/s\" divides by `call_time` alone. text = text deltas of 20–30 bytes; tool-input = one tool call's input in 16-byte deltas (Anthropic `input_json_delta`, OpenAI `function.arguments`).\n");
+        println!("| driver | stream | body MB | events | call ms | plain read ms | MB/s | raw MB/s | events/s (M) |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for r in &t {
+            let net = r.call_ms - r.read_ms;
+            println!(
+                "| {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                r.provider.name(),
+                r.kind,
+                r.bytes as f64 / 1e6,
+                r.events,
+                r.call_ms,
+                r.read_ms,
+                r.bytes as f64 / 1e6 / (net / 1e3),
+                r.bytes as f64 / 1e6 / (r.call_ms / 1e3),
+                r.events as f64 / 1e6 / (net / 1e3),
+            );
+        }
+    });
+}
