@@ -179,6 +179,9 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = std::fs::write(session.dir.join("door.url"), door.url()) {
+        eprintln!("warning: cannot write {}: {e}", session.dir.join("door.url").display());
+    }
     let style = if args.json { Style::Json } else { Style::Human };
     if args.json {
         println!("{}", serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())}));

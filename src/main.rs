@@ -1,6 +1,7 @@
 //! `capsule`: run Murmur capsules. See `capsule --help` and the README.
 
 mod cli_run;
+mod control_cli;
 mod demo;
 mod printer;
 mod sse_client;
@@ -26,6 +27,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Follow a running capsule's frames through its door, reconnecting after a drop.
     Watch(watch::WatchArgs),
+    /// Show or change a running capsule's settings and secrets (its control surface).
+    Control(control_cli::ControlArgs),
     /// Serve the scripted provider stub (Anthropic Messages and OpenAI Chat Completions).
     StubProvider {
         /// The script (YAML or JSON).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
             Command::Run(args) => cli_run::run(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Watch(args) => watch::watch(args).await,
+            Command::Control(args) => control_cli::control(args).await,
             Command::StubProvider { script, port } => match capsule_stub::serve_cli(&script, port).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -215,3 +215,186 @@ async fn the_agent_switch_driver_tool_switches_and_refusals_come_back_as_tool_er
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
     assert!(trace.contains("\"principal\":\"agent\""));
 }
+
+/// A tiny deterministic generator (xorshift64*), so the property tests replay exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+async fn op(c: &Client, kind: u64) -> (&'static str, u16) {
+    match kind % 4 {
+        0 => ("switch_alt", c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await.0),
+        1 => ("switch_primary", c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0),
+        2 => ("inject", c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await.0),
+        _ => ("forget", c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await.0),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_switch_inject_forget_answers_match_a_model_of_the_state() {
+    let stub = stub(vec![]);
+    let cap = switchy(&stub.url(), "");
+    let (session, c) = client(&cap, &[("PRIMARY_KEY", "k")]).await;
+    let (mut on_alt, mut set) = (false, false);
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    for i in 0..2000 {
+        let (what, status) = op(&c, rng.next()).await;
+        let expected = match what {
+            "switch_alt" if set => { on_alt = true; 200 }
+            "switch_alt" => 409,
+            "switch_primary" => { on_alt = false; 200 }
+            "inject" => { set = true; 200 }
+            _ if on_alt && set => 409,
+            _ => { set = false; 200 }
+        };
+        assert_eq!(status, expected, "op {i} ({what}) with on_alt={on_alt} set={set}");
+    }
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_switch_inject_forget_never_leave_the_active_choice_without_a_key() {
+    let stub = stub(vec![]);
+    let cap = switchy(&stub.url(), "");
+    let (session, c) = client(&cap, &[("PRIMARY_KEY", "k")]).await;
+    let c = Arc::new(c);
+    let mut clients = Vec::new();
+    for seed in 1..=8u64 {
+        let c = c.clone();
+        clients.push(tokio::spawn(async move {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut seen = Vec::new();
+            for _ in 0..300 {
+                let (what, status) = op(&c, rng.next()).await;
+                assert!(matches!((what, status), ("switch_alt", 200 | 409) | ("switch_primary", 200) | ("inject", 200) | ("forget", 200 | 409)), "{what} answered {status}");
+                let (_, view) = c.ok("GET", "/control", None, "").await;
+                let active = view["settings"][0]["value"].as_str().unwrap_or("").to_string();
+                let key_set = view["secrets"][0]["set"] == true;
+                assert!(active != "alt" || key_set, "the active choice `alt` lost its key: {view}");
+                seen.push(status);
+            }
+            seen
+        }));
+    }
+    let mut answers = 0;
+    for h in clients {
+        answers += h.await.expect("client").len();
+    }
+    assert_eq!(answers, 2400);
+    session.shutdown().await;
+}
+
+fn alternates_manifest(alternates: &str) -> String {
+    format!(
+        "name: alts\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: 'http://127.0.0.1:9', keyless: true}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference:\n  model: claude-sonnet-4-5\n  driver: {{artifact: anthropic}}\n  alternates:\n{alternates}"
+    )
+}
+
+#[tokio::test]
+async fn a_malformed_alternate_is_a_load_error_naming_the_entry() {
+    let rows = [
+        ("    - {name: a, model: m1, driver: anthropic}\n    - {name: a, model: m2, driver: anthropic}\n", "named twice", "alternates[1]"),
+        ("    - {name: primary, model: m, driver: anthropic}\n", "`primary` cannot name", "alternates[0]"),
+        ("    - {name: b, model: m, driver: nobody}\n", "not declared", "alternates[0]"),
+        ("    - {name: c, model: m, driver: files}\n", "is a tool, not a driver", "alternates[0]"),
+    ];
+    for (alts, rule, at) in rows {
+        let e = Capsule::new(&alternates_manifest(alts)).launch().await.err().expect("refused");
+        let text = e.to_string();
+        assert!(text.contains(rule) && text.contains(at), "expected `{rule}` at `{at}`: {text}");
+    }
+}
+
+#[tokio::test]
+async fn an_alternate_without_a_credential_is_staged_unavailable_and_named_in_a_warning() {
+    let yaml = "name: staged\nartifacts:\n  - {name: anthropic, runtime: driver, source: '{DIST}/driver-anthropic.wasm', gateway: {endpoint: 'http://127.0.0.1:9', keyless: true}}\n  - {name: openai, runtime: driver, source: '{DIST}/driver-openai.wasm', gateway: {endpoint: 'https://api.example.com/v1', api_key: '${NOT_SET_OPENAI_KEY}'}}\ninference:\n  model: my-local-model\n  driver: {artifact: anthropic}\n  alternates:\n    - {name: alt, model: gpt-4o, driver: openai}\ncontrol: {settings: [inference.driver]}\n";
+    let cap = Capsule::new(yaml);
+    let session = cap.launch().await.expect("an alternate's missing credential does not refuse the launch");
+    let w3 = session.warnings.iter().find(|w| w.code.as_str() == "W-RUN-003").expect("W-RUN-003");
+    assert!(w3.rule.contains("alt") && w3.rule.contains("NOT_SET_OPENAI_KEY"), "{w3}");
+    let w9 = session.warnings.iter().find(|w| w.code.as_str() == "W-RUN-009").expect("W-RUN-009 for the unknown model");
+    assert!(w9.rule.contains("my-local-model"), "{w9}");
+    let r = session.set_setting("inference.driver", json!("alt"), capsule_actors::control::Principal::Operator).await.expect_err("refused");
+    assert_eq!((r.status, r.reason), (409, "credential_unresolvable"));
+    assert!(r.error.contains("NOT_SET_OPENAI_KEY"), "{}", r.error);
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_credential_is_re_read_so_rotation_works_without_a_restart() {
+    let stub = stub(vec![Turn::text("one"), Turn::text("two")]);
+    let cap = Capsule::new(&format!(
+        "name: rotate\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{ROTATING_KEY}}'}}}}\ninference: {{model: claude-sonnet-4-5, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    ));
+    let config_path = cap.path().join("host.yaml");
+    std::fs::write(&config_path, "credentials: {ROTATING_KEY: key-before}\n").expect("config");
+    let config = capsule_protocol::host_config::parse(&std::fs::read_to_string(&config_path).expect("read"), "host.yaml").expect("parse");
+    let mut opts = cap.options(Default::default());
+    opts.host_config = Some((config, config_path.clone()));
+    let session = capsule_actors::Session::launch(opts).await.expect("launch");
+    assert_eq!(run_task(&session, "a").await.0.exit_status, ExitStatus::Ok);
+    std::fs::write(&config_path, "credentials: {ROTATING_KEY: key-after}\n").expect("rotate");
+    assert_eq!(run_task(&session, "b").await.0.exit_status, ExitStatus::Ok);
+    let keys: Vec<String> = stub.requests().iter().map(|r| r.headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.clone()).unwrap_or_default()).collect();
+    assert_eq!(keys, vec!["key-before", "key-after"]);
+    let dir = session.dir.clone();
+    session.shutdown().await;
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    assert!(trace.contains("\"credential_source\":{\"anthropic\":\"config\"}"), "{trace}");
+    assert!(!trace.contains("key-before") && !trace.contains("key-after"));
+}
+
+#[test]
+fn capsule_control_drives_a_running_capsule_from_another_process() {
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let cap = switchy("http://127.0.0.1:9", "lifecycle: {after_task: sleep}\n");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run"])
+        .arg(cap.path())
+        .args(["--json", "--workdir"])
+        .arg(&cap.workdir)
+        .env("PRIMARY_KEY", "k")
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("capsule run");
+    let mut lines = std::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let ready: Value = serde_json::from_str(&lines.next().expect("ready").expect("line")).expect("json");
+    let token_file = ready["control_token_file"].as_str().expect("token file").to_string();
+    let dir = ready["session_dir"].as_str().expect("session dir").to_string();
+    let control = |args: &[&str], stdin: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_capsule"));
+        c.arg("control").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("capsule control");
+        if let Some(s) = stdin {
+            child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write");
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("output");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, out, _) = control(&["show", &dir], None);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("\"inference.driver\""), "{out}");
+    let (code, out, _) = control(&["secret", &dir, "OPENAI_KEY"], Some(SECRET));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains(SECRET));
+    let (code, out, _) = control(&["set", ready["url"].as_str().expect("url"), "inference.driver", "alt", "--token-file", &token_file], None);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, _, err) = control(&["forget", &dir, "OPENAI_KEY"], None);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("409") && err.contains("in_use"), "{err}");
+    let _ = Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
+    let status = run.wait().expect("exits on SIGTERM");
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+}
