@@ -72,3 +72,29 @@ async fn an_older_driver_that_sets_its_own_auth_header_gets_the_real_credential_
     assert_eq!(values, vec![KEY], "the guest's own headers were stripped and only the real key attached");
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_appears_in_no_log_line_even_at_trace_level() {
+    let stub = stub(vec![Turn::http_error(401, "{\"error\":\"bad key\"}")]);
+    let yaml = format!(
+        "name: logged\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{TEST_PROVIDER_KEY}}'}}}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    );
+    let cap = Capsule::new(&yaml);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run"])
+        .arg(cap.path())
+        .args(["--task", "x", "--json", "--workdir"])
+        .arg(&cap.workdir)
+        .env("TEST_PROVIDER_KEY", KEY)
+        .env("CAPSULE_LOG", "trace")
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "the provider refused the key: the task fails");
+    assert_eq!(stub.requests()[0].headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.as_str()), Some(KEY));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(all.len() > 1000, "trace-level logging produced output");
+    assert!(!all.contains(KEY), "the key leaked into the output or a log line");
+}
