@@ -20,8 +20,13 @@ use std::sync::Arc;
 /// Options of `capsule run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The capsule folder, or its murmur.yaml.
-    pub capsule: PathBuf,
+    /// The capsule folder, or its murmur.yaml (optional with --resume: the session names it).
+    pub capsule: Option<PathBuf>,
+    /// Continue the session in this folder (`<workdir>/<session id>`) after the process
+    /// stopped: finished tool calls are not run again, the in-flight provider call is re-issued,
+    /// frame ids continue.
+    #[arg(long, conflicts_with = "task")]
+    pub resume: Option<PathBuf>,
     /// The task text; without it the capsule serves its door and waits for tasks.
     #[arg(long)]
     pub task: Option<String>,
@@ -83,6 +88,12 @@ pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRe
     let dir = config.spend.ledger_dir.as_ref().map(PathBuf::from).unwrap_or_else(default_ledger_dir);
     let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling))).await.map_err(|e| format!("E-RUN-050: the host spend meter could not start with ledger {}: {e}", dir.display()))?;
     Ok(Some(meter))
+}
+
+/// The manifest a session's `session_start` recorded.
+fn recorded_manifest(dir: &std::path::Path) -> Option<PathBuf> {
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).ok()?;
+    trace.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|e| e["event_type"] == "session_start").and_then(|e| e["manifest"].as_str().map(PathBuf::from))
 }
 
 /// The full cause chain of an error, one cause per `: `.
@@ -155,7 +166,21 @@ async fn stop_signal() {
 /// Launch, serve the door, run the launch task (if any) or wait for door tasks, then exit as
 /// `lifecycle.after_task` says.
 pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
-    let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&args.capsule)));
+    let capsule = match (&args.capsule, &args.resume) {
+        (Some(c), _) => c.clone(),
+        (None, Some(dir)) => match recorded_manifest(dir) {
+            Some(m) => m,
+            None => {
+                eprintln!("error: E-RUN-060 at {}: the session's trace names no manifest (fix: pass the capsule folder before --resume)", dir.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {
+            eprintln!("error: name the capsule folder (or murmur.yaml) to run, or --resume a session folder");
+            return ExitCode::from(2);
+        }
+    };
+    let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("capsule-work").join(capsule_name(&capsule)));
     let (host_config, machine) = match host_setup(&args).await {
         Ok(x) => x,
         Err(e) => {
@@ -163,8 +188,12 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
             return ExitCode::from(2);
         }
     };
-    let opts = LaunchOptions { manifest: args.capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine, host_config };
-    let session = match Session::launch(opts).await {
+    let opts = LaunchOptions { manifest: capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine, host_config };
+    let launched = match &args.resume {
+        Some(dir) => Session::resume(opts, dir).await,
+        None => Session::launch(opts).await,
+    };
+    let session = match launched {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {}", chain(&e));
@@ -194,8 +223,23 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
     let mut finals = printer::start(&session, style).await;
     let after = session.manifest.lifecycle.after_task();
     let mut code = ExitCode::SUCCESS;
-    if let Some(task) = &args.task {
-        match session.submit(task).await {
+    let launch_task = if args.resume.is_some() {
+        match session.resume_task().await {
+            Ok(Some(o)) => Some(Ok(o)),
+            Ok(None) => {
+                eprintln!("session {}: no task was running; nothing to resume", session.session_id);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    } else if let Some(task) = &args.task {
+        Some(session.submit(task).await)
+    } else {
+        None
+    };
+    let had_task = launch_task.is_some();
+    if let Some(outcome) = launch_task {
+        match outcome {
             Ok(o) => {
                 while let Some((id, _)) = finals.recv().await {
                     if id == o.task_id {
@@ -215,9 +259,9 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
             }
         }
     }
-    let keep_serving = args.task.is_none() || after == AfterTask::Sleep;
+    let keep_serving = (!had_task && args.resume.is_none()) || after == AfterTask::Sleep;
     if keep_serving {
-        if after == AfterTask::Exit && args.task.is_none() {
+        if after == AfterTask::Exit && !had_task {
             tokio::select! {
                 _ = stop_signal() => {}
                 _ = async { while let Some((_, state)) = finals.recv().await { if state != TaskState::Rejected { break; } } } => {}

@@ -41,8 +41,19 @@ struct Subscriber {
     missed: u64,
 }
 
+/// What the emitter is started (and restarted, or resumed) with.
+#[derive(Clone)]
+pub struct EmitterArgs {
+    /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
+    pub next_id: Arc<AtomicU64>,
+    /// `frames.jsonl`: every id-bearing frame is appended before it is sent; on start the file's
+    /// frames refill the replay ring and the ids continue after its last.
+    pub frames_path: Option<std::path::PathBuf>,
+}
+
 /// State.
 pub struct EmitterState {
+    frames: Option<std::fs::File>,
     /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
     next_id: Arc<AtomicU64>,
     ring: VecDeque<NumberedFrame>,
@@ -80,13 +91,28 @@ impl Subscriber {
 impl Actor for Emitter {
     type Msg = EmitterMsg;
     type State = EmitterState;
-    type Arguments = Arc<AtomicU64>;
+    type Arguments = EmitterArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<EmitterMsg>, next_id: Arc<AtomicU64>) -> Result<EmitterState, ActorProcessingErr> {
+    async fn pre_start(&self, _myself: ActorRef<EmitterMsg>, args: EmitterArgs) -> Result<EmitterState, ActorProcessingErr> {
+        let next_id = args.next_id;
+        let mut ring = VecDeque::with_capacity(REPLAY_RING);
+        let mut frames = None;
+        if let Some(path) = &args.frames_path {
+            for f in read_frames(path) {
+                if ring.len() == REPLAY_RING {
+                    ring.pop_front();
+                }
+                if let Some(id) = f.id {
+                    next_id.fetch_max(id + 1, Ordering::SeqCst);
+                }
+                ring.push_back(f);
+            }
+            frames = Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?);
+        }
         if next_id.load(Ordering::SeqCst) == 0 {
             next_id.store(1, Ordering::SeqCst);
         }
-        Ok(EmitterState { next_id, ring: VecDeque::with_capacity(REPLAY_RING), subscribers: Vec::new() })
+        Ok(EmitterState { frames, next_id, ring, subscribers: Vec::new() })
     }
 
     async fn handle(&self, _myself: ActorRef<EmitterMsg>, msg: EmitterMsg, state: &mut EmitterState) -> Result<(), ActorProcessingErr> {
@@ -95,6 +121,14 @@ impl Actor for Emitter {
                 let numbered = if frame.is_id_bearing() {
                     let id = state.next_id.fetch_add(1, Ordering::SeqCst);
                     let n = NumberedFrame { id: Some(id), frame };
+                    if let Some(f) = state.frames.as_mut() {
+                        use std::io::Write;
+                        let mut line = n.to_json_line().to_string();
+                        line.push('\n');
+                        if let Err(e) = f.write_all(line.as_bytes()) {
+                            tracing::error!(error = %e, "cannot append to frames.jsonl");
+                        }
+                    }
                     if state.ring.len() == REPLAY_RING {
                         state.ring.pop_front();
                     }
@@ -140,4 +174,16 @@ impl Actor for Emitter {
         }
         Ok(())
     }
+}
+
+/// The frames of a `frames.jsonl`, ignoring a torn last line.
+pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    text.lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let frame: Frame = serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
+            Some(NumberedFrame { id: v["id"].as_u64(), frame })
+        })
+        .collect()
 }

@@ -1,8 +1,11 @@
 //! The journal actor: owns the session's `trace.jsonl` and `conversation.jsonl`.
 //!
-//! Each line is written whole with one `write` call, then flushed, in the order messages
-//! arrive; a `Flush` call returns only after everything sent before it is on disk (a
-//! `sync_data`). It never drops a line silently: a failed write is logged and counted.
+//! Each line is written whole with one `write` call (no user-space buffer), in the order
+//! messages arrive, so a line is with the OS as soon as its write returns and survives the
+//! process being killed. `Append` answers after its lines are written, so the loop acts on a
+//! step (runs a tool, calls a provider) only after the step is journaled; `Flush` answers
+//! after `sync_data`, for the end of a task. A failed write is logged and counted, never
+//! dropped silently.
 
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceEvent;
@@ -19,6 +22,16 @@ pub enum JournalMsg {
     Record(Message),
     /// Make everything sent so far durable, then answer with the count of failed writes.
     Flush(RpcReplyPort<u64>),
+    /// Write these trace events and messages, then answer: the caller acts only after its
+    /// journal lines are written (handed to the OS, so they survive the process being killed).
+    Append {
+        /// Trace events, in order.
+        events: Vec<TraceEvent>,
+        /// Conversation messages, in order.
+        messages: Vec<Message>,
+        /// Answered after the writes.
+        reply: RpcReplyPort<()>,
+    },
 }
 
 /// Where the files are.
@@ -73,6 +86,15 @@ impl Actor for Journal {
         match msg {
             JournalMsg::Trace(ev) => write_line(&mut state.trace, &ev, &mut state.failed_writes),
             JournalMsg::Record(m) => write_line(&mut state.conversation, &m, &mut state.failed_writes),
+            JournalMsg::Append { events, messages, reply } => {
+                for m in &messages {
+                    write_line(&mut state.conversation, m, &mut state.failed_writes);
+                }
+                for ev in &events {
+                    write_line(&mut state.trace, ev, &mut state.failed_writes);
+                }
+                let _ = reply.send(());
+            }
             JournalMsg::Flush(reply) => {
                 for f in [&mut state.trace, &mut state.conversation] {
                     if f.sync_data().is_err() {

@@ -86,7 +86,53 @@ pub struct Session {
 impl Session {
     /// Prepare and start a session.
     pub async fn launch(opts: LaunchOptions) -> Result<Session, LaunchError> {
-        let session_id = format!("ses_{}", uuid::Uuid::now_v7().simple());
+        Self::start(opts, None, None).await
+    }
+
+    /// Resume the session in `dir` (`<workdir>/<session id>`) after the process stopped: same
+    /// id and files, frame ids continue, the conversation is rebuilt from its record. Call
+    /// [`Session::resume_task`] to continue the task that was running.
+    pub async fn resume(mut opts: LaunchOptions, dir: &std::path::Path) -> Result<Session, LaunchError> {
+        let io = |source| LaunchError::Io { path: dir.to_path_buf(), source };
+        let dir = std::fs::canonicalize(dir).map_err(io)?;
+        let session_id = dir.file_name().and_then(|n| n.to_str()).filter(|n| n.starts_with("ses_")).map(str::to_string).ok_or_else(|| {
+            LaunchError::Io { path: dir.clone(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a session folder (its name must be ses_…)") }
+        })?;
+        opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        let trace = std::fs::read_to_string(dir.join("trace.jsonl")).map_err(|source| LaunchError::Io { path: dir.join("trace.jsonl"), source })?;
+        let mut seed = crate::agent_loop::ResumeSeed::default();
+        let mut finished = std::collections::HashSet::new();
+        for line in trace.lines() {
+            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
+            match ev["event_type"].as_str().unwrap_or("") {
+                "task_start" => seed.task = Some((field("task_id"), field("context_id"))),
+                "task_end" => seed.task = None,
+                "tool_call_started" => {
+                    seed.interrupted.insert(field("tool_call_id"));
+                }
+                "tool_call" => {
+                    finished.insert(field("tool_call_id"));
+                }
+                _ => {}
+            }
+        }
+        seed.interrupted.retain(|id| !finished.contains(id));
+        let _ = std::fs::remove_file(dir.join("control.token"));
+        Self::start(opts, Some(session_id), Some(seed)).await
+    }
+
+    /// Continue the task a resumed session was running; `None` when there was none.
+    pub async fn resume_task(&self) -> Result<Option<TaskOutcome>, SessionError> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        match l.call(LoopMsg::Resume, None).await {
+            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
+            _ => Err(SessionError::LoopDown),
+        }
+    }
+
+    async fn start(opts: LaunchOptions, resumed_id: Option<String>, resume: Option<crate::agent_loop::ResumeSeed>) -> Result<Session, LaunchError> {
+        let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
         let prepared = prepare(&opts, &session_id)?;
         let dir = prepared.workdir.join(&session_id);
         let out_dir = dir.join("out");
@@ -125,13 +171,15 @@ impl Session {
             control_settings: m.control.settings.clone(),
             token_id: control.as_ref().map(|c| c.key.id()),
             agent_switch,
+            conversation_path: Some(dir.join("conversation.jsonl")),
+            resume,
             call_timeout: Duration::from_secs(deadline + 30),
             acceptance: m.lifecycle.task_acceptance,
             queue_depth: m.lifecycle.queue_depth as usize,
         };
         let mut children = vec![
             ChildSpec::Journal(JournalArgs { trace_path: dir.join("trace.jsonl"), conversation_path: dir.join("conversation.jsonl") }),
-            ChildSpec::Emitter(Arc::new(AtomicU64::new(1))),
+            ChildSpec::Emitter(crate::emitter::EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: Some(dir.join("frames.jsonl")) }),
             ChildSpec::Coalescer,
             ChildSpec::Credentials(Box::new(crate::credentials::CredentialsArgs {
                 drivers: prepared.credentials.clone(),
@@ -169,6 +217,7 @@ impl Session {
         let mut start = json!({
             "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
             "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
+            "manifest": std::fs::canonicalize(crate::launch::manifest_path(&opts.manifest)).ok(), "resumed": resumed_id.is_some(),
         });
         if !m.inference.alternates.is_empty() {
             start["inference_choices"] = json!(choices.iter().map(|c| {
@@ -247,6 +296,18 @@ impl Session {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             _ => HashMap::new(),
         }
+    }
+
+    /// The session's supervisor (`<session>/supervisor`), for a host that links it to learn when
+    /// the session stops (a crash loop stops it with an `E-RUN-050: crash loop in …` reason).
+    pub fn supervisor_cell(&self) -> ractor::ActorCell {
+        self.supervisor.get_cell()
+    }
+
+    /// Wait until the session's supervisor has stopped (after [`Session::shutdown`] or a crash
+    /// loop).
+    pub async fn wait_stopped(&self) {
+        let _ = self.supervisor.get_cell().wait(None).await;
     }
 
     /// Change a setting (`inference.driver`, `inference.max_tokens`); value checks, then the

@@ -10,8 +10,6 @@
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde_json::json;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use crate::agent_loop::{AgentLoop, LoopConfig};
@@ -41,8 +39,8 @@ pub enum SupervisorMsg {
 pub enum ChildSpec {
     /// The journal.
     Journal(JournalArgs),
-    /// The emitter with its shared id counter.
-    Emitter(Arc<AtomicU64>),
+    /// The emitter with its shared id counter and frames file.
+    Emitter(crate::emitter::EmitterArgs),
     /// The coalescer.
     Coalescer,
     /// The credentials table, the choices' drivers and the declared secrets.

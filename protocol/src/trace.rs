@@ -16,8 +16,12 @@ pub enum TraceKind {
     TaskStart,
     /// One inference call ended (driver, tokens, stop reason, duration).
     Inference,
-    /// One tool call ended.
+    /// A tool call is about to run (journaled before it starts).
+    ToolCallStarted,
+    /// One tool call ended (with its result).
     ToolCall,
+    /// A session was resumed after the process stopped.
+    SessionResumed,
     /// A task ended (exit status).
     TaskEnd,
     /// The session ended.
@@ -43,7 +47,9 @@ impl TraceKind {
             TraceKind::SessionStart => "session_start",
             TraceKind::TaskStart => "task_start",
             TraceKind::Inference => "inference",
+            TraceKind::ToolCallStarted => "tool_call_started",
             TraceKind::ToolCall => "tool_call",
+            TraceKind::SessionResumed => "session_resumed",
             TraceKind::TaskEnd => "task_end",
             TraceKind::SessionEnd => "session_end",
             TraceKind::ActorRestarted => "actor_restarted",

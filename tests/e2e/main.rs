@@ -11,6 +11,7 @@ mod demo;
 mod door;
 mod gateway;
 mod loop_rules;
+mod resume;
 mod spend;
 mod progress;
 mod supervision;

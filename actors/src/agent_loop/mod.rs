@@ -14,7 +14,10 @@
 
 mod control;
 mod intake;
+mod resume;
 mod task;
+
+pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 
 use capsule_protocol::frame::TaskState;
 use capsule_protocol::manifest::TaskAcceptance;
@@ -122,6 +125,9 @@ pub enum LoopMsg {
     },
     /// The `GET /control` body.
     ControlView(RpcReplyPort<serde_json::Value>),
+    /// Continue the task a resumed session was running; answered when it ends (`None` when
+    /// there was none).
+    Resume(RpcReplyPort<Option<TaskOutcome>>),
 }
 
 /// What the loop needs to know about the capsule (fixed for the session).
@@ -157,6 +163,10 @@ pub struct LoopConfig {
     pub token_id: Option<String>,
     /// `control.agent_settings` lists `inference.driver`: the `switch-driver` tool exists.
     pub agent_switch: bool,
+    /// The conversation record: a (re)started loop rebuilds its context from it.
+    pub conversation_path: Option<PathBuf>,
+    /// The task a resumed session continues.
+    pub resume: Option<ResumeSeed>,
     /// Upper bound on one driver call as seen by the loop (the driver's deadline plus margin).
     pub call_timeout: std::time::Duration,
     /// `lifecycle.task_acceptance`.
@@ -211,7 +221,10 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        Ok(LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new(), active: 0, max_tokens_override: None, last_applied: None })
+        let restored = config.conversation_path.as_deref().map(read_conversation).unwrap_or_default();
+        let mut state = LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new(), active: 0, max_tokens_override: None, last_applied: None };
+        state.restore(restored);
+        Ok(state)
     }
 
     async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
@@ -250,6 +263,12 @@ impl Actor for AgentLoop {
                 let v = state.control_view().await;
                 let _ = reply.send(v);
             }
+            LoopMsg::Resume(reply) => match state.config.resume.clone() {
+                Some(seed) if state.running.is_none() => state.resume_task(&myself, &seed, reply).await,
+                _ => {
+                    let _ = reply.send(None);
+                }
+            },
             LoopMsg::EndSession(reply) => {
                 state.end_session().await;
                 let _ = reply.send(());

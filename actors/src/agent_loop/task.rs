@@ -54,12 +54,24 @@ impl LoopState {
         }
     }
 
-    fn record(&mut self, m: Message) {
+    /// Add a message to the context; answered once it is written to the conversation record,
+    /// with `events` (trace lines that belong to the same step) written after it.
+    pub(crate) async fn record_with(&mut self, m: Message, events: Vec<(TraceKind, serde_json::Value)>) {
         self.counter.push(&m);
-        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
-            let _ = j.cast(JournalMsg::Record(m.clone()));
-        }
+        self.journal(vec![m.clone()], events).await;
         self.conversation.push(m);
+    }
+
+    async fn record(&mut self, m: Message) {
+        self.record_with(m, Vec::new()).await;
+    }
+
+    /// Write messages and trace events and wait until they are written.
+    pub(crate) async fn journal(&self, messages: Vec<Message>, events: Vec<(TraceKind, serde_json::Value)>) {
+        let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
+        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
+            let _ = j.call(|reply| JournalMsg::Append { events, messages, reply }, Some(Duration::from_secs(30))).await;
+        }
     }
 
     async fn flush(&self) {
@@ -90,11 +102,11 @@ impl LoopState {
         }
         self.trace(TraceKind::TaskStart, json!({"task_id": running.task_id, "context_id": running.context_id, "text": text}));
         self.running = Some(running);
-        self.record(Message::user_text(text));
+        self.record(Message::user_text(text)).await;
         self.next_turn(myself);
     }
 
-    fn next_turn(&mut self, myself: &ActorRef<LoopMsg>) {
+    pub(crate) fn next_turn(&mut self, myself: &ActorRef<LoopMsg>) {
         let max_turns = self.config.max_turns;
         let Some(r) = self.running.as_mut() else { return };
         if r.turn >= max_turns {
@@ -213,7 +225,7 @@ impl LoopState {
         let produced_by = self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
         let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
-        self.record(message);
+        self.record(message).await;
         self.continuation = match reply.continuation_id {
             Some(id) if !id.is_empty() => Some(super::HeldContinuation { id, acked: self.conversation.len(), choice: self.running.as_ref().map(|r| r.choice).unwrap_or(0) }),
             _ => None,
@@ -228,6 +240,10 @@ impl LoopState {
             }
             _ => self.finish(ExitStatus::Ok, text).await,
         }
+    }
+
+    pub(crate) async fn run_pending(&mut self, myself: &ActorRef<LoopMsg>) {
+        self.run_next_call(myself).await;
     }
 
     async fn run_next_call(&mut self, myself: &ActorRef<LoopMsg>) {
@@ -253,6 +269,8 @@ impl LoopState {
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
+        let (task_id, call_id) = (self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(), self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default());
+        self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input}))]).await;
         let tools_name = names::name(self.sid(), role::TOOLS);
         let myself = myself.clone();
         tokio::spawn(async move {
@@ -277,11 +295,8 @@ impl LoopState {
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Settle { id: id.clone() });
         }
-        self.record(Message::tool_result(id.clone(), reply.content.clone(), reply.is_error));
-        self.trace(
-            TraceKind::ToolCall,
-            json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code}),
-        );
+        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": reply.content});
+        self.record_with(Message::tool_result(id.clone(), reply.content.clone(), reply.is_error), vec![(TraceKind::ToolCall, finished)]).await;
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {

@@ -1,0 +1,131 @@
+//! Resuming a session after the whole process stopped (`capsule run --resume`).
+//!
+//! The journal says where the interrupted task was: the conversation record holds every
+//! message that entered the context, and the trace holds `tool_call_started` before each tool
+//! ran. On resume, the loop rebuilds the conversation and continues the task:
+//! - a tool call whose result is in the record is **not** run again;
+//! - a call that was started but has no result is reported to the model as interrupted (it
+//!   may or may not have taken effect), never silently re-run;
+//! - a call that never started runs now;
+//! - a provider call that was in flight is issued again;
+//! - a final reply that was recorded but not finished is finished.
+//!
+//! Settings start from the manifest: the driver choice is `primary`, no secret is held.
+
+use capsule_protocol::neutral::{Block, Message, Role};
+use capsule_protocol::trace::{ExitStatus, TraceKind};
+use ractor::{ActorRef, RpcReplyPort};
+use serde_json::json;
+use std::collections::HashSet;
+use std::time::Instant;
+
+use super::{LoopMsg, LoopState, Running};
+use crate::session::TaskOutcome;
+
+/// What a resumed session continues, read from its trace.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeSeed {
+    /// The interrupted task `(task_id, context_id)`, when one was running.
+    pub task: Option<(String, String)>,
+    /// Tool calls that were started and never finished.
+    pub interrupted: HashSet<String>,
+}
+
+/// Code of the result given to a tool call interrupted by a stop of the process.
+pub const INTERRUPTED: &str = "E-RUN-090";
+
+/// The messages of a conversation record, ignoring a torn last line.
+pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
+    std::fs::read_to_string(path).map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()).unwrap_or_default()
+}
+
+impl LoopState {
+    /// Rebuild the context from the conversation record (a restarted or resumed loop).
+    pub(crate) fn restore(&mut self, conversation: Vec<Message>) {
+        for m in &conversation {
+            self.counter.push(m);
+        }
+        self.conversation = conversation;
+    }
+
+    /// Continue the interrupted task, if any; `reply` is answered when it ends.
+    pub(crate) async fn resume_task(&mut self, myself: &ActorRef<LoopMsg>, seed: &ResumeSeed, reply: RpcReplyPort<Option<TaskOutcome>>) {
+        let Some((task_id, context_id)) = seed.task.clone() else {
+            let _ = reply.send(None);
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<TaskOutcome>();
+        let port: RpcReplyPort<TaskOutcome> = tx.into();
+        tokio::spawn(async move {
+            let _ = reply.send(rx.await.ok());
+        });
+        self.attempts += 1;
+        let start = self.conversation.iter().rposition(|m| m.role == Role::User).unwrap_or(0);
+        let turns = self.conversation[start..].iter().filter(|m| m.role == Role::Assistant).count() as u32;
+        let now = Instant::now();
+        self.running = Some(Running {
+            task_id: task_id.clone(),
+            context_id: context_id.clone(),
+            attempt: self.attempts,
+            turn: turns,
+            reply: Some(port),
+            started: now,
+            turn_started: now,
+            calls: Vec::new(),
+            next_call: 0,
+            call_started: now,
+            estimate: 0,
+            choice: 0,
+        });
+        self.tasks.insert(task_id.clone(), super::TaskRecord { id: task_id.clone(), context_id, state: capsule_protocol::frame::TaskState::Working, message: "resumed".into(), response: None });
+        self.trace(TraceKind::SessionResumed, json!({"task_id": task_id, "messages": self.conversation.len(), "turns": turns}));
+        let last = self.conversation.last().cloned();
+        match last {
+            Some(m) if m.role == Role::Assistant => {
+                let calls: Vec<(String, String, serde_json::Value)> = m
+                    .content
+                    .iter()
+                    .filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None })
+                    .collect();
+                if calls.is_empty() {
+                    let text = m.text();
+                    return self.finish(ExitStatus::Ok, text).await;
+                }
+                self.continue_calls(myself, calls, &seed.interrupted).await;
+            }
+            Some(m) if m.role == Role::Tool => {
+                // Results after the last assistant message: continue with the calls still open.
+                let assistant = self.conversation.iter().rev().find(|m| m.role == Role::Assistant).cloned();
+                let calls: Vec<(String, String, serde_json::Value)> = assistant
+                    .map(|a| a.content.iter().filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None }).collect())
+                    .unwrap_or_default();
+                self.continue_calls(myself, calls, &seed.interrupted).await;
+            }
+            _ => self.next_turn(myself),
+        }
+    }
+
+    async fn continue_calls(&mut self, myself: &ActorRef<LoopMsg>, calls: Vec<(String, String, serde_json::Value)>, interrupted: &HashSet<String>) {
+        let answered: HashSet<String> = self.conversation.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.clone()).collect();
+        let mut next = 0;
+        for (i, (id, name, _)) in calls.iter().enumerate() {
+            if answered.contains(id) {
+                next = i + 1;
+                continue;
+            }
+            if interrupted.contains(id) {
+                let content = format!("{INTERRUPTED}: the runtime stopped while `{name}` was running; it may or may not have taken effect, so it was not run again. Check before repeating it.");
+                let fields = json!({"tool_call_id": id, "tool_name": name, "is_error": true, "interrupted": true, "content": content});
+                self.record_with(Message::tool_result(id.clone(), content, true), vec![(TraceKind::ToolCall, fields)]).await;
+                next = i + 1;
+                continue;
+            }
+            break;
+        }
+        if let Some(r) = self.running.as_mut() {
+            r.calls = calls;
+            r.next_call = next;
+        }
+        self.run_pending(myself).await;
+    }
+}
