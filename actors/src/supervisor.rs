@@ -28,10 +28,47 @@ pub const MAX_RESTARTS: usize = 5;
 /// The window for [`MAX_RESTARTS`].
 pub const RESTART_PERIOD: Duration = Duration::from_secs(10);
 
+/// The first delayed restart's wait; each later one in the window doubles it.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(10);
+/// The longest wait before a restart.
+pub const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// How a child is restarted (the OTP vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartType {
+    /// Always restarted when it fails.
+    Permanent,
+    /// Restarted when it fails, not when it stops normally.
+    Transient,
+    /// Never restarted.
+    Temporary,
+}
+
 /// Messages.
 pub enum SupervisorMsg {
     /// Restart counts by child role.
     Restarts(RpcReplyPort<HashMap<String, u32>>),
+    /// A delayed restart (backoff) is due.
+    RestartDue {
+        /// The child's role.
+        role: String,
+        /// Its spec.
+        spec: Box<ChildSpec>,
+        /// The failure that caused it.
+        error: String,
+    },
+}
+
+impl ChildSpec {
+    /// The child's restart type. Every child holding state a session needs is permanent; the
+    /// coalescer's state is hints, so it is transient. No child here stops itself normally,
+    /// so permanent and transient differ only in intent today.
+    pub fn restart_type(&self) -> RestartType {
+        match self {
+            ChildSpec::Coalescer => RestartType::Transient,
+            _ => RestartType::Permanent,
+        }
+    }
 }
 
 /// What a child is started (and restarted) with.
@@ -119,11 +156,12 @@ impl Actor for CapsuleSupervisor {
         Ok(SupervisorState { session_id: args.session_id, children, restarts: HashMap::new(), recent: VecDeque::new() })
     }
 
-    async fn handle(&self, _myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Restarts(reply) => {
                 let _ = reply.send(state.restarts.clone());
             }
+            SupervisorMsg::RestartDue { role, spec, error } => restart(&myself, state, role, *spec, error).await?,
         }
         Ok(())
     }
@@ -132,6 +170,9 @@ impl Actor for CapsuleSupervisor {
         match evt {
             SupervisionEvent::ActorFailed(cell, err) => {
                 let Some((role, spec)) = state.children.remove(&cell.get_id()) else { return Ok(()) };
+                if spec.restart_type() == RestartType::Temporary {
+                    return Ok(());
+                }
                 let now = Instant::now();
                 state.recent.push_back(now);
                 while state.recent.front().is_some_and(|t| now.duration_since(*t) > RESTART_PERIOD) {
@@ -142,14 +183,17 @@ impl Actor for CapsuleSupervisor {
                     myself.stop(Some(format!("E-RUN-050: crash loop in {role}")));
                     return Ok(());
                 }
-                tracing::warn!(session = %state.session_id, %role, error = %err, "child failed; restarting");
-                let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
-                *state.restarts.entry(role.clone()).or_default() += 1;
-                if let Some(j) = names::lookup::<JournalMsg>(&names::name(&state.session_id, role::JOURNAL)) {
-                    let ev = TraceEvent::new(TraceKind::ActorRestarted, &state.session_id, crate::now_ms(), json!({"actor": role, "error": err.to_string()}));
-                    let _ = j.cast(JournalMsg::Trace(ev));
+                // The first failure in the window restarts at once (restart-to-serving is a
+                // benchmark target); later ones back off, doubling, so a crash loop cannot spin.
+                let n = state.recent.len() as u32;
+                if n <= 1 {
+                    restart(&myself, state, role, spec, err.to_string()).await?;
+                } else {
+                    let delay = (BACKOFF_BASE * 2u32.saturating_pow(n - 2)).min(BACKOFF_MAX);
+                    tracing::warn!(session = %state.session_id, %role, ?delay, error = %err, "child failed again; restarting after a backoff");
+                    let error = err.to_string();
+                    myself.send_after(delay, move || SupervisorMsg::RestartDue { role, spec: Box::new(spec), error });
                 }
-                state.children.insert(new.get_id(), (role, spec));
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 state.children.remove(&cell.get_id());
@@ -158,4 +202,16 @@ impl Actor for CapsuleSupervisor {
         }
         Ok(())
     }
+}
+
+async fn restart(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, role: String, spec: ChildSpec, error: String) -> Result<(), ActorProcessingErr> {
+    tracing::warn!(session = %state.session_id, %role, %error, "restarting child");
+    let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
+    *state.restarts.entry(role.clone()).or_default() += 1;
+    if let Some(j) = names::lookup::<JournalMsg>(&names::name(&state.session_id, role::JOURNAL)) {
+        let ev = TraceEvent::new(TraceKind::ActorRestarted, &state.session_id, crate::now_ms(), json!({"actor": role, "error": error}));
+        let _ = j.cast(JournalMsg::Trace(ev));
+    }
+    state.children.insert(new.get_id(), (role, spec));
+    Ok(())
 }

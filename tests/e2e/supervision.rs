@@ -126,3 +126,27 @@ async fn a_crashed_tools_actor_is_restarted_and_the_next_tool_call_works() {
     assert_eq!(std::fs::read_to_string(session.workdir.join("a.txt")).expect("written"), "x");
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_crashes_back_off_and_a_crash_loop_stops_the_capsule_instead_of_restarting_forever() {
+    let stub = stub(vec![Turn::text("after two restarts")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let session = cap.launch().await.expect("launch");
+    assert!(session.inject_gateway_panic("anthropic"));
+    eventually("the first restart", || async { session.restarts().await.get("gateway/anthropic") == Some(&1) }).await;
+    assert!(session.inject_gateway_panic("anthropic"));
+    eventually("the second restart, after its backoff", || async { session.restarts().await.get("gateway/anthropic") == Some(&2) }).await;
+    let (outcome, _) = run_task(&session, "still serving?").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    // Past MAX_RESTARTS in the window the supervisor gives up and stops the capsule.
+    for _ in 0..capsule_actors::supervisor::MAX_RESTARTS {
+        let before = session.restarts().await.get("gateway/anthropic").copied().unwrap_or(0);
+        if !session.inject_gateway_panic("anthropic") {
+            break;
+        }
+        eventually("a restart or the stop", || async { session.restarts().await.get("gateway/anthropic").copied().unwrap_or(u32::MAX) > before || session.restarts().await.is_empty() }).await;
+    }
+    eventually("the capsule to stop", || async { session.submit("x").await.is_err() }).await;
+    let trace = trace(&session);
+    assert!(trace.iter().filter(|e| e["event_type"] == "actor_restarted").count() >= 2);
+}
