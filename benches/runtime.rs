@@ -114,17 +114,23 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
                 }
             }
         }
-        let (outcome, _session) = submit.await.expect("join");
+        let (outcome, session) = submit.await.expect("join");
         assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
+        session.shutdown().await;
+        let trace: Vec<serde_json::Value> = std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let calls: Vec<(f64, u64)> = trace.iter().filter(|e| e["event_type"] == "inference").map(|e| (e["call_ms"].as_f64().unwrap_or(0.0), e["instantiate_us"].as_u64().unwrap_or(0))).collect();
+        let tools: Vec<u64> = trace.iter().filter(|e| e["event_type"] == "tool_call").map(|e| e["duration_ms"].as_u64().unwrap_or(0)).collect();
         let reqs = stub.requests();
         println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", TURNS + 1);
         println!("Each turn: driver instantiate + neutral→Anthropic translation + loopback HTTP + SSE parse in the component + one real file-tool call + loop bookkeeping.\n");
-        println!("| turn | wall ms | stub ms | overhead ms |");
-        println!("|---|---|---|---|");
+        println!("| turn | wall ms | stub ms | overhead ms | of which: gateway call ms (instantiate µs) | tool ms | request body KiB |");
+        println!("|---|---|---|---|---|---|---|");
         for t in [1usize, 2, 10, 25, 50] {
             let wall = starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0;
             let stub_ms = reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
-            println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} |", wall - stub_ms);
+            let (call_ms, inst) = calls.get(t - 1).copied().unwrap_or_default();
+            let body_kib = reqs[t - 1].body.to_string().len() as f64 / 1024.0;
+            println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} | {call_ms:.3} ({inst}) | {} | {body_kib:.1} |", wall - stub_ms, tools.get(t - 1).copied().unwrap_or(0));
         }
     });
 }

@@ -85,12 +85,16 @@ fn time<F: FnMut()>(reps: usize, mut f: F) -> f64 {
 
 fn encoders() {
     println!("## 1. cl100k encoders\n");
+    let rss = || std::fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok())).unwrap_or(0.0) / 1024.0;
+    let r0 = rss();
     let t = Instant::now();
     let bpe = bpe_openai::cl100k_base();
     let bpe_build = t.elapsed();
+    let r1 = rss();
     let t = Instant::now();
     let tik = tiktoken_rs::cl100k_base_singleton();
     let tik_build = t.elapsed();
+    let r2 = rss();
     let mut rng = Rng(1);
     let history: Vec<Message> = (1..=100).flat_map(|n| turn(&mut rng, n)).collect();
     let big = serde_json::to_string(&request(history)).unwrap_or_default();
@@ -103,10 +107,10 @@ fn encoders() {
     let small_bpe = time(301, || { let _ = black_box(bpe.count(black_box(small.as_str()))); });
     let small_tik = time(301, || { let _ = black_box(tik.encode_ordinary(black_box(&small)).len()); });
     let mbs = |ns: f64| big.len() as f64 / ns * 1e3;
-    println!("| encoder | build (first use) | {} KB payload ({nb} tokens) | MB/s | one turn, {} B | ", big.len() / 1024, small.len());
-    println!("|---|---|---|---|---|");
-    println!("| bpe-openai 0.3 | {:.1} ms | {:.2} ms | {:.1} | {:.1} µs |", bpe_build.as_secs_f64() * 1e3, big_bpe / 1e6, mbs(big_bpe), small_bpe / 1e3);
-    println!("| tiktoken-rs 0.12 | {:.1} ms | {:.2} ms | {:.1} | {:.1} µs |", tik_build.as_secs_f64() * 1e3, big_tik / 1e6, mbs(big_tik), small_tik / 1e3);
+    println!("| encoder | build (first use) | RSS added MiB | {} KB payload ({nb} tokens) | MB/s | one turn, {} B | ", big.len() / 1024, small.len());
+    println!("|---|---|---|---|---|---|");
+    println!("| bpe-openai 0.3 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |", bpe_build.as_secs_f64() * 1e3, r1 - r0, big_bpe / 1e6, mbs(big_bpe), small_bpe / 1e3);
+    println!("| tiktoken-rs 0.12 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |", tik_build.as_secs_f64() * 1e3, r2 - r1, big_tik / 1e6, mbs(big_tik), small_tik / 1e3);
     println!("\nbpe-openai is {:.1}× faster on the payload, {:.1}× on one turn; counts equal.\n", big_tik / big_bpe, small_tik / small_bpe);
 }
 

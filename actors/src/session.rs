@@ -133,6 +133,9 @@ impl Session {
 
     async fn start(opts: LaunchOptions, resumed_id: Option<String>, resume: Option<crate::agent_loop::ResumeSeed>) -> Result<Session, LaunchError> {
         let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
+        // Build the cl100k encoder (process-wide, once) while the components load, so the
+        // first call's admission does not wait for it.
+        std::thread::spawn(crate::tokens::warm_up);
         let prepared = prepare(&opts, &session_id)?;
         let dir = prepared.workdir.join(&session_id);
         let out_dir = dir.join("out");
