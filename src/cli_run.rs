@@ -146,7 +146,7 @@ async fn host_setup(args: &RunArgs) -> Result<HostSetup, String> {
     Ok((path.map(|p| (config, p)), machine))
 }
 
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -3,6 +3,7 @@
 mod cli_run;
 mod control_cli;
 mod demo;
+mod host_cli;
 mod printer;
 mod sse_client;
 mod watch;
@@ -25,6 +26,9 @@ enum Command {
     Run(cli_run::RunArgs),
     /// Run examples/hello offline against the built-in provider stub.
     Demo(demo::DemoArgs),
+    /// Run every capsule of a folder or host.yaml in one process, each with its own door,
+    /// supervised, and serve the host API until SIGTERM.
+    Host(host_cli::HostArgs),
     /// Follow a running capsule's frames through its door, reconnecting after a drop.
     Watch(watch::WatchArgs),
     /// Show or change a running capsule's settings and secrets (its control surface).
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => cli_run::run(args).await,
             Command::Demo(args) => demo::demo(args).await,
+            Command::Host(args) => host_cli::host(args).await,
             Command::Watch(args) => watch::watch(args).await,
             Command::Control(args) => control_cli::control(args).await,
             Command::StubProvider { script, port } => match capsule_stub::serve_cli(&script, port).await {

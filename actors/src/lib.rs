@@ -24,6 +24,7 @@ pub mod door;
 pub mod emitter;
 pub mod error;
 pub mod gateway;
+pub mod host;
 pub mod journal;
 pub mod launch;
 pub mod machine_meter;

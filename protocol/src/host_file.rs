@@ -207,10 +207,10 @@ fn check(capsules: &[PlannedCapsule], api_port: u16, origin: &str) -> Vec<Diagno
         if let Some(first) = names.insert(&c.name, i) {
             found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.name"), format!("the name `{}` is already used by capsules[{first}]", c.name), "give each capsule a unique `name`"));
         }
-        if c.port != 0 {
-            if let Some(other) = ports.insert(c.port, format!("capsules[{i}]")) {
-                found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.port"), format!("port {} is also used by {other}", c.port), "give each door its own port, or leave `port` out for an OS-chosen one"));
-            }
+        if c.port != 0
+            && let Some(other) = ports.insert(c.port, format!("capsules[{i}]"))
+        {
+            found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.port"), format!("port {} is also used by {other}", c.port), "give each door its own port, or leave `port` out for an OS-chosen one"));
         }
     }
     found

@@ -10,6 +10,7 @@ mod control;
 mod demo;
 mod door;
 mod gateway;
+mod host;
 mod loop_rules;
 mod resume;
 mod spend;

@@ -96,10 +96,20 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
     if record.state == TaskState::Rejected {
         return json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&record)));
     }
-    let _ = done.await;
-    match s.get_task(&record.id).await {
-        Ok(Some(r)) => json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&r))),
-        _ => json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, "the task ended but its record is gone (the agent loop restarted)")),
+    match done.await {
+        Ok(o) => {
+            // Answer from the outcome itself: the task's record may be gone if the session is
+            // shutting down while this client waits.
+            let state = match o.exit_status {
+                capsule_protocol::trace::ExitStatus::Ok => TaskState::Completed,
+                capsule_protocol::trace::ExitStatus::Canceled => TaskState::Canceled,
+                _ => TaskState::Failed,
+            };
+            let ok = state == TaskState::Completed;
+            let r = TaskRecord { id: o.task_id, context_id: o.context_id, state, message: if ok { "completed".into() } else { o.message.clone() }, response: ok.then_some(o.message) };
+            json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&r)))
+        }
+        Err(_) => json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, "the agent loop stopped before the task ended (it restarted or the session closed)")),
     }
 }
 

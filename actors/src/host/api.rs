@@ -1,0 +1,98 @@
+//! The host API: HTTP on loopback, turning each request into one message to the
+//! [`HostSupervisor`](super::HostSupervisor) through a [`HostHandle`]. It holds no state.
+//!
+//! - `GET /capsules` → `[{name, state, session_id, restarts, url, error}]`, in start order.
+//! - `GET /capsules/<name>` → that entry.
+//! - `POST /capsules/<name>/start|stop|restart` → the entry after the action (a restart
+//!   answers once the new session's door is open).
+//!
+//! A refusal is `{"error": "<reason>: <sentence>"}` with its status: 404 for an unknown capsule
+//! or action, 503 while shutting down or when the host does not answer. There is no
+//! authentication: the API listens on loopback only (the host file refuses another bind).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::net::SocketAddr;
+
+use super::{Action, HostError, HostHandle};
+use crate::door::DoorError;
+
+/// A refusal as the API writes it.
+struct Refusal(HostError);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(serde_json::json!({"error": self.0.to_string()}))).into_response()
+    }
+}
+
+async fn list(State(host): State<HostHandle>) -> Response {
+    match host.list().await {
+        Ok(entries) => Json(entries).into_response(),
+        Err(e) => Refusal(e).into_response(),
+    }
+}
+
+async fn one(State(host): State<HostHandle>, Path(name): Path<String>) -> Response {
+    match host.get(&name).await {
+        Ok(entry) => Json(entry).into_response(),
+        Err(e) => Refusal(e).into_response(),
+    }
+}
+
+async fn act(State(host): State<HostHandle>, Path((name, action)): Path<(String, String)>) -> Response {
+    let Some(action) = Action::parse(&action) else { return Refusal(HostError::UnknownAction(action)).into_response() };
+    match host.act(&name, action).await {
+        Ok(entry) => Json(entry).into_response(),
+        Err(e) => Refusal(e).into_response(),
+    }
+}
+
+/// The router, without a socket (tests drive it directly).
+pub fn app(host: HostHandle) -> Router {
+    Router::new().route("/capsules", get(list)).route("/capsules/{name}", get(one)).route("/capsules/{name}/{action}", post(act)).with_state(host)
+}
+
+/// A listening host API.
+pub struct HostApi {
+    /// The bound address.
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl HostApi {
+    /// The URL clients use.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting connections.
+    pub fn close(&self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// Bind `addr` (port 0 for an OS-chosen port) and serve the API until [`HostApi::close`].
+pub async fn serve(host: HostHandle, addr: SocketAddr) -> Result<HostApi, DoorError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DoorError { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| DoorError { addr, source })?;
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let router = app(host);
+    tokio::spawn(async move {
+        let stop = async move {
+            while !*rx.borrow() {
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
+            tracing::error!(error = %e, "host API stopped");
+        }
+    });
+    Ok(HostApi { addr: bound, shutdown: tx })
+}

@@ -1,0 +1,261 @@
+//! [`CapsuleSlot`]: one capsule of a host. It launches the capsule's [`Session`] and door, links
+//! the session's supervisor to itself so that the session stopping reaches it as a supervision
+//! event, and restarts the capsule by the host's [`RestartPolicy`].
+//!
+//! Every state change is sent to the host (`HostMsg::Report`) before the request that caused it
+//! is answered. A scheduled restart carries the slot's generation; any operator action bumps the
+//! generation, so a restart scheduled before it is ignored.
+//!
+//! Deliberately not here: a running task survives nothing. A host restart is a new session; the
+//! task that was running when the session's supervisor gave up ended with it.
+
+use capsule_protocol::host_file::PlannedCapsule;
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::policy::{CrashWindow, RestartPolicy};
+use super::supervisor::HostMsg;
+use super::{Action, CapsuleEntry, CapsuleState, HostError, Shared, chain};
+use crate::door::{self, Door, DoorError};
+use crate::launch::LaunchOptions;
+use crate::session::Session;
+
+/// How long a fixed door port is retried while the previous session's listener lets it go.
+const DOOR_REBIND: Duration = Duration::from_secs(2);
+
+/// Messages.
+pub enum SlotMsg {
+    /// Launch now, if `generation` is still current and the capsule is starting or crashed (the
+    /// first launch and every scheduled restart).
+    Launch {
+        /// The generation the launch was scheduled in.
+        generation: u64,
+    },
+    /// An operator action; answers the entry after it.
+    Act(Action, RpcReplyPort<Result<CapsuleEntry, HostError>>),
+    /// The running session (tests, benches).
+    Session(RpcReplyPort<Result<Option<Arc<Session>>, HostError>>),
+}
+
+/// What a slot is started with.
+pub struct SlotArgs {
+    /// The capsule.
+    pub spec: PlannedCapsule,
+    /// What every capsule launches with.
+    pub shared: Arc<Shared>,
+    /// The restart policy.
+    pub policy: RestartPolicy,
+    /// Where entries are reported.
+    pub host: ActorRef<HostMsg>,
+    /// Restarts so far (a slot the host respawned keeps counting).
+    pub restarts: u32,
+}
+
+/// The running session, its door, and the supervisor whose stop means the session is gone.
+struct Running {
+    session: Arc<Session>,
+    door: Door,
+    supervisor: ActorId,
+}
+
+/// State.
+pub struct SlotState {
+    args: SlotArgs,
+    state: CapsuleState,
+    restarts: u32,
+    error: Option<String>,
+    session_id: Option<String>,
+    running: Option<Running>,
+    window: CrashWindow,
+    generation: u64,
+}
+
+/// The actor.
+pub struct CapsuleSlot;
+
+impl SlotState {
+    fn entry(&self) -> CapsuleEntry {
+        CapsuleEntry {
+            name: self.args.spec.name.clone(),
+            state: self.state,
+            session_id: self.session_id.clone(),
+            restarts: self.restarts,
+            url: self.running.as_ref().map(|r| r.door.url()),
+            error: self.error.clone(),
+        }
+    }
+
+    fn set(&mut self, state: CapsuleState) {
+        self.state = state;
+        let _ = self.args.host.cast(HostMsg::Report(self.entry()));
+    }
+
+    /// Launch a session and its door; on failure, treat it as a crash.
+    async fn launch(&mut self, myself: &ActorRef<SlotMsg>) {
+        self.set(CapsuleState::Starting);
+        match open(&self.args.spec, &self.args.shared, myself.get_cell()).await {
+            Ok(r) => {
+                self.session_id = Some(r.session.session_id.clone());
+                self.running = Some(r);
+                self.set(CapsuleState::Running);
+            }
+            Err(why) => self.crashed(myself, why),
+        }
+    }
+
+    /// Shut the running session down gracefully and close its door.
+    async fn stop_session(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.session.shutdown().await;
+            r.door.close();
+        }
+    }
+
+    /// The session is gone (or never came up): schedule a restart, or give up.
+    fn crashed(&mut self, myself: &ActorRef<SlotMsg>, why: String) {
+        if let Some(r) = self.running.take() {
+            r.door.close();
+        }
+        let name = &self.args.spec.name;
+        match self.window.admit(Instant::now(), &self.args.policy) {
+            Some(wait) => {
+                tracing::warn!(capsule = %name, error = %why, wait_ms = wait.as_millis() as u64, "capsule crashed; restarting");
+                self.restarts += 1;
+                let generation = self.generation;
+                myself.send_after(wait, move || SlotMsg::Launch { generation });
+                self.error = Some(why);
+                self.set(CapsuleState::Crashed);
+            }
+            None => {
+                let p = &self.args.policy;
+                tracing::error!(capsule = %name, error = %why, "capsule crashed more than {} times in {:?}; not restarting it", p.max_restarts, p.period);
+                self.error = Some(format!("{why} (restarted {} times in {:?}; the host gave up — start it again when fixed)", p.max_restarts, p.period));
+                self.set(CapsuleState::Failed);
+            }
+        }
+    }
+
+    async fn act(&mut self, myself: &ActorRef<SlotMsg>, action: Action) {
+        match action {
+            Action::Start if matches!(self.state, CapsuleState::Starting | CapsuleState::Running) => {}
+            Action::Start => {
+                self.generation += 1;
+                self.window.clear();
+                self.launch(myself).await;
+            }
+            Action::Stop => {
+                self.generation += 1;
+                self.stop_session().await;
+                self.set(CapsuleState::Stopped);
+            }
+            Action::Restart => {
+                self.generation += 1;
+                self.stop_session().await;
+                self.window.clear();
+                self.launch(myself).await;
+            }
+        }
+    }
+}
+
+/// Launch the session, link its supervisor to the slot, open the door.
+async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result<Running, String> {
+    let opts = LaunchOptions {
+        manifest: spec.manifest.clone(),
+        workdir: spec.workdir.clone(),
+        host: shared.host.clone(),
+        env: shared.env.clone(),
+        host_config: shared.host_config.clone(),
+        machine: shared.machine.clone(),
+        endpoint_override: None,
+    };
+    let session = Arc::new(Session::launch(opts).await.map_err(|e| chain(&e))?);
+    let supervisor = session.supervisor_cell();
+    supervisor.link(slot);
+    if supervisor.get_status() >= ActorStatus::Draining {
+        return Err(format!("E-RUN-050: session {} stopped as it started", session.session_id));
+    }
+    let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port)).await {
+        Ok(d) => d,
+        Err(e) => {
+            session.shutdown().await;
+            return Err(chain(&e));
+        }
+    };
+    let url_file = session.dir.join("door.url");
+    if let Err(e) = std::fs::write(&url_file, door.url()) {
+        tracing::warn!(path = %url_file.display(), error = %e, "cannot write door.url");
+    }
+    Ok(Running { supervisor: supervisor.get_id(), session, door })
+}
+
+/// Open the door; a fixed port still held by the previous session's closing listener is
+/// retried for [`DOOR_REBIND`].
+async fn bind_door(session: Arc<Session>, addr: SocketAddr) -> Result<Door, DoorError> {
+    let deadline = Instant::now() + DOOR_REBIND;
+    loop {
+        match door::serve(session.clone(), addr).await {
+            Err(e) if addr.port() != 0 && e.source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Actor for CapsuleSlot {
+    type Msg = SlotMsg;
+    type State = SlotState;
+    type Arguments = SlotArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotState, ActorProcessingErr> {
+        let restarts = args.restarts;
+        Ok(SlotState { args, state: CapsuleState::Starting, restarts, error: None, session_id: None, running: None, window: CrashWindow::default(), generation: 0 })
+    }
+
+    async fn post_start(&self, myself: ActorRef<SlotMsg>, _state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+        // Launch from the mailbox, so spawning a thousand slots does not wait for a thousand
+        // launches.
+        let _ = myself.cast(SlotMsg::Launch { generation: 0 });
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<SlotMsg>, msg: SlotMsg, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SlotMsg::Launch { generation } => {
+                if generation == state.generation && matches!(state.state, CapsuleState::Starting | CapsuleState::Crashed) {
+                    state.launch(&myself).await;
+                }
+            }
+            SlotMsg::Act(action, reply) => {
+                state.act(&myself, action).await;
+                let _ = reply.send(Ok(state.entry()));
+            }
+            SlotMsg::Session(reply) => {
+                let _ = reply.send(Ok(state.running.as_ref().map(|r| r.session.clone())));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, myself: ActorRef<SlotMsg>, evt: SupervisionEvent, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+        let current = state.running.as_ref().map(|r| r.supervisor);
+        let why = match evt {
+            SupervisionEvent::ActorTerminated(cell, _, reason) if Some(cell.get_id()) == current => {
+                reason.unwrap_or_else(|| format!("E-RUN-050: session {} stopped unexpectedly", state.session_id.as_deref().unwrap_or("?")))
+            }
+            SupervisionEvent::ActorFailed(cell, err) if Some(cell.get_id()) == current => format!("E-RUN-050: the session's supervisor failed: {err}"),
+            // A session this slot already shut down, or one it gave up on while opening.
+            _ => return Ok(()),
+        };
+        state.crashed(&myself, why);
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<SlotMsg>, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+        state.stop_session().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! `capsule host <dir or host.yaml>`: run many capsules in one process, each with its own door,
+//! supervised by the host (`capsule_actors::host`), and serve the host API on loopback until
+//! SIGTERM or ctrl-c; then stop every capsule gracefully and exit 0.
+//!
+//! A folder runs every subfolder holding a `murmur.yaml`; a file is a host file
+//! (docs/host.md). One sandbox host (engine + component cache) and one machine spend meter are
+//! shared by every capsule. Exit codes: 0 after a graceful stop; 2 when the host file, the host
+//! config, the engine or the API's listener is refused. A capsule that fails to launch does not
+//! stop the host: it is reported (`crashed`, then `failed`) and the others serve.
+
+use capsule_actors::host::{CapsuleEntry, HostHandle, RestartPolicy, Shared, api};
+use capsule_protocol::host_file::{self, HostPlan};
+use capsule_runtime::{Host, HostOptions};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::cli_run::{chain, default_cache_dir, load_host_config, machine_meter, stop_signal};
+
+/// Options of `capsule host`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostArgs {
+    /// A folder of capsule folders (each subfolder holding a murmur.yaml runs), or a host.yaml.
+    pub target: PathBuf,
+    /// Print the `ready` line as JSON: {"type":"ready","url":…,"capsules":[…]}.
+    #[arg(long)]
+    pub json: bool,
+    /// The host API's port [default: the host file's `port`, else an OS-chosen port].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The host config (credentials, spend.machine_tokens_per_day) [default: the host file's
+    /// `config`, else $CAPSULE_CONFIG, else ~/.config/capsule-runtime/host.yaml when it exists].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// The plan for a folder (its capsule subfolders) or a host file.
+fn plan(target: &Path) -> Result<HostPlan, String> {
+    if target.is_dir() {
+        let entries = std::fs::read_dir(target).map_err(|e| format!("E-MAN-001 at {}: cannot list the folder: {e} (fix: pass a readable folder of capsule folders)", target.display()))?;
+        let folders: Vec<String> = entries.flatten().filter(|e| e.path().join("murmur.yaml").is_file()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        return host_file::plan_folders(target, &folders).map_err(|d| d.to_string());
+    }
+    let origin = target.display().to_string();
+    let text = std::fs::read_to_string(target).map_err(|e| format!("E-MAN-001 at {origin}: cannot read the host file: {e} (fix: pass a host.yaml or a folder of capsule folders)"))?;
+    let file = host_file::parse(&text, &origin).map_err(|d| d.to_string())?;
+    file.plan(target.parent().unwrap_or(Path::new(".")), &origin).map_err(|d| d.to_string())
+}
+
+/// Everything shared by the capsules: the host config, the machine meter, the engine.
+async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, String> {
+    let (config, path) = load_host_config(config.or(plan.config.as_ref()))?;
+    let machine = machine_meter(&config).await?;
+    let host = Host::new(HostOptions { cache_dir: default_cache_dir() }).map_err(|e| chain(&e))?;
+    Ok(Shared { host, env: std::env::vars().collect(), host_config: path.map(|p| (config, p)), machine, bind: plan.bind })
+}
+
+fn print_ready(json: bool, url: &str, entries: &[CapsuleEntry]) {
+    if json {
+        println!("{}", serde_json::json!({"type": "ready", "url": url, "capsules": entries}));
+        return;
+    }
+    eprintln!("host {url} · {} capsules", entries.len());
+    for e in entries {
+        let state = serde_json::to_value(e.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let detail = e.url.clone().or_else(|| e.error.clone()).unwrap_or_default();
+        eprintln!("  {:<24} {:<8} {detail}", e.name, state);
+    }
+}
+
+/// Run the host until a stop signal.
+pub async fn host(args: HostArgs) -> ExitCode {
+    let plan = match plan(&args.target) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let shared = match shared(&plan, args.config.as_ref()).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Listen for the stop signal before anything starts, so a SIGTERM during start-up is a
+    // graceful stop too.
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    let addr = std::net::SocketAddr::new(plan.bind, args.port.unwrap_or(plan.port));
+    let handle = match HostHandle::start(plan.capsules, shared, RestartPolicy::default()).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: E-RUN-050: the host supervisor could not start: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let api = match api::serve(handle.clone(), addr).await {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            let _ = handle.shutdown().await;
+            return ExitCode::from(2);
+        }
+    };
+    let settled = tokio::select! {
+        s = handle.settled() => Some(s),
+        _ = &mut stop => None,
+    };
+    if let Some(entries) = settled {
+        print_ready(args.json, &api.url(), &entries.unwrap_or_default());
+        (&mut stop).await;
+    }
+    let code = match handle.shutdown().await {
+        Ok(entries) => {
+            if !args.json {
+                eprintln!("host stopped · {} capsules shut down", entries.len());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    };
+    api.close();
+    code
+}

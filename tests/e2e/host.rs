@@ -1,0 +1,276 @@
+//! The multi-capsule host: `capsule host <dir>` as a process (ready line, host API, doors,
+//! restart on request, graceful stop on SIGTERM), and in-process crash isolation: a capsule
+//! whose session crash-loops is restarted by the host, with backoff, until the host's intensity
+//! limit makes it `failed`, while another capsule keeps answering tasks throughout.
+
+use crate::common::*;
+use capsule_actors::host::{Action, CapsuleEntry, CapsuleState, HostHandle, RestartPolicy, Shared};
+use capsule_actors::Session;
+use capsule_protocol::host_file::PlannedCapsule;
+use capsule_stub::Turn;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::time::Instant;
+
+/// A keyless Anthropic capsule named `name`, pointed at `endpoint`.
+fn manifest(name: &str, endpoint: &str) -> String {
+    let dist = repo().join("components/dist");
+    format!(
+        "name: {name}\nversion: 0.1.0\nartifacts:\n  - name: anthropic\n    runtime: driver\n    source: {}/driver-anthropic.wasm\n    gateway: {{endpoint: '{endpoint}', keyless: true}}\ninference:\n  model: claude-test\n  driver: {{artifact: anthropic}}\n",
+        dist.display()
+    )
+}
+
+fn write_capsule(dir: &Path, name: &str, endpoint: &str) -> PathBuf {
+    let folder = dir.join(name);
+    std::fs::create_dir_all(&folder).expect("capsule folder");
+    std::fs::write(folder.join("murmur.yaml"), manifest(name, endpoint)).expect("manifest");
+    folder
+}
+
+fn send_body(text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": text}]}}})
+}
+
+async fn send(url: &str, text: &str) -> Value {
+    let r = reqwest::Client::new().post(url).header("content-type", "application/json").body(send_body(text).to_string()).send().await.expect("door answers");
+    r.json().await.expect("json")
+}
+
+/// The trace lines of every session folder under `workdir`.
+fn traces(workdir: &Path) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(workdir).expect("workdir").flatten() {
+        let t = e.path().join("trace.jsonl");
+        if t.is_file() {
+            out.push(std::fs::read_to_string(t).expect("trace").lines().map(|l| serde_json::from_str(l).expect("json line")).collect());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_stops_gracefully_on_sigterm() {
+    let stub_a = stub((0..5).map(|_| Turn::text("from alpha")).collect());
+    let slow = Turn { text: Some("never sent".into()), delay_ms: Some(30_000), ..Default::default() };
+    let stub_b = stub(vec![Turn::text("from beta"), slow]);
+    let root = tempfile::tempdir().expect("tempdir");
+    let caps = root.path().join("caps");
+    write_capsule(&caps, "alpha", &stub_a.url());
+    write_capsule(&caps, "beta", &stub_b.url());
+    std::fs::create_dir_all(caps.join("notes")).expect("a folder without murmur.yaml is skipped");
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["host", "--json"])
+        .arg(&caps)
+        .current_dir(root.path())
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .env("XDG_CONFIG_HOME", root.path())
+        .env_remove("CAPSULE_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("capsule host starts");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let stderr = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s).await;
+        s
+    });
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.expect("ready within 60 s").expect("stdout").expect("a ready line");
+    let ready: Value = serde_json::from_str(&line).expect("ready is JSON");
+    assert_eq!(ready["type"], "ready");
+    assert_eq!(ready["capsules"].as_array().expect("capsules").len(), 2, "{ready}");
+    let api = ready["url"].as_str().expect("url").to_string();
+    let c = reqwest::Client::new();
+
+    let list: Vec<Value> = c.get(format!("{api}/capsules")).send().await.expect("list").json().await.expect("json");
+    let names: Vec<&str> = list.iter().map(|e| e["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    for e in &list {
+        assert_eq!(e["state"], "running", "{e}");
+        assert_eq!(e["restarts"], 0);
+        assert!(e["session_id"].as_str().expect("session").starts_with("ses_"));
+        assert!(e["url"].as_str().expect("door").starts_with("http://127.0.0.1:"));
+    }
+    let (alpha_url, beta_url) = (list[0]["url"].as_str().expect("url"), list[1]["url"].as_str().expect("url"));
+    assert_eq!(send(alpha_url, "hi").await["result"]["status"]["response"], "from alpha");
+    assert_eq!(send(beta_url, "hi").await["result"]["status"]["response"], "from beta");
+
+    let r = c.post(format!("{api}/capsules/alpha/restart")).send().await.expect("restart");
+    assert_eq!(r.status().as_u16(), 200);
+    let restarted: Value = r.json().await.expect("json");
+    assert_eq!(restarted["state"], "running");
+    assert_ne!(restarted["session_id"], list[0]["session_id"], "a restart is a new session");
+    assert_eq!(send(restarted["url"].as_str().expect("url"), "again").await["result"]["status"]["response"], "from alpha");
+
+    let r = c.post(format!("{api}/capsules/nope/start")).send().await.expect("unknown");
+    assert_eq!(r.status().as_u16(), 404);
+    let err: Value = r.json().await.expect("json");
+    assert!(err["error"].as_str().expect("error").starts_with("unknown_capsule: "), "{err}");
+    let r = c.post(format!("{api}/capsules/beta/explode")).send().await.expect("unknown action");
+    assert_eq!(r.status().as_u16(), 404);
+
+    // A task still running at SIGTERM gets its final status (`canceled`), then the host exits 0.
+    // Streamed, so the final status is a frame the client reads, not an answer to look up after
+    // the session is gone.
+    let running = tokio::spawn({
+        let url = beta_url.to_string();
+        let mut body = send_body("slow");
+        body["method"] = json!("message/stream");
+        async move { reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("stream starts").text().await }
+    });
+    eventually("beta's slow task to reach the provider", || async { stub_b.requests().len() == 2 }).await;
+    let pid = child.id().expect("pid").to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("exits within 60 s").expect("wait");
+    let err = stderr.await.expect("stderr");
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}\n{err}");
+    let sse = running.await.expect("join").expect("the stream ends with the task");
+    let last = sse.split("\n\n").filter(|b| b.contains("event: status")).last().unwrap_or_default();
+    assert!(last.contains("\"state\":\"canceled\"") && last.contains("\"final\":true"), "the client read a final canceled status: {sse}");
+
+    let alpha = traces(&root.path().join("capsule-work/alpha"));
+    let beta = traces(&root.path().join("capsule-work/beta"));
+    assert_eq!((alpha.len(), beta.len()), (2, 1), "alpha ran two sessions, beta one");
+    for t in alpha.iter().chain(&beta) {
+        assert_eq!(t.last().expect("lines")["event_type"], "session_end", "every session ends with session_end: {t:?}");
+    }
+    let canceled = beta[0].iter().any(|e| e["event_type"] == "task_end" && e["exit_status"] == "canceled");
+    assert!(canceled, "the running task got a final status: {:?}", beta[0]);
+}
+
+/// Crash `session`'s gateway until its supervisor gives up (more than MAX_RESTARTS in
+/// RESTART_PERIOD), injecting each panic only once the previous one was restarted.
+async fn crash_loop(session: &Session) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last: Option<(u32, Instant)> = None;
+    loop {
+        assert!(Instant::now() < deadline, "the session's supervisor did not stop");
+        if session.supervisor_cell().get_status() >= ractor::ActorStatus::Stopping {
+            return;
+        }
+        let count = session.restarts().await.get("gateway/anthropic").copied().unwrap_or(0);
+        let ready = last.is_none_or(|(c, at)| count > c || at.elapsed() > Duration::from_secs(1));
+        if ready && session.inject_gateway_panic("anthropic") {
+            last = Some((count, Instant::now()));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn entry(host: &HostHandle, name: &str) -> CapsuleEntry {
+    host.get(name).await.expect("host answers")
+}
+
+/// Poll until the capsule's entry satisfies `f` (or 10 s pass).
+async fn wait_for(host: &HostHandle, name: &str, what: &str, f: impl Fn(&CapsuleEntry) -> bool) -> CapsuleEntry {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let e = entry(host, name).await;
+        if f(&e) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {name}: {what}; last {e:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_keeps_answering() {
+    let stub_a = stub((0..10).map(|_| Turn::text("alpha is back")).collect());
+    let stub_b = stub((0..5000).map(|_| Turn::text("pong")).collect());
+    let (a, b) = (anthropic_capsule(&stub_a.url(), &[], ""), anthropic_capsule(&stub_b.url(), &[], ""));
+    let planned = |name: &str, cap: &Capsule| PlannedCapsule { name: name.into(), manifest: cap.path().to_path_buf(), workdir: cap.workdir.clone(), port: 0 };
+    let shared = Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default()).await.expect("host starts");
+    let settled = host.settled().await.expect("settled");
+    assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
+    let beta = entry(&host, "beta").await;
+
+    // Beta answers tasks through its door for the whole test; every one must complete.
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let neighbour = tokio::spawn({
+        let (stop, answered, url) = (stop.clone(), answered.clone(), beta.url.clone().expect("beta door"));
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let v = send(&url, "ping").await;
+                assert_eq!(v["result"]["status"]["response"], "pong", "beta failed a task while alpha crashed: {v}");
+                answered.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+
+    let policy = RestartPolicy::default();
+    let mut session_id = entry(&host, "alpha").await.session_id;
+    for round in 1..=policy.max_restarts as u32 {
+        let session = host.session("alpha").await.expect("host answers").expect("alpha runs");
+        crash_loop(&session).await;
+        let e = wait_for(&host, "alpha", "a restart as a new session", |e| e.state == CapsuleState::Running && e.session_id != session_id).await;
+        assert_eq!(e.restarts, round);
+        assert!(e.error.as_deref().unwrap_or("").starts_with("E-RUN-050: crash loop in gateway/anthropic"), "{e:?}");
+        session_id = e.session_id;
+        let restarted = host.session("alpha").await.expect("host answers").expect("alpha runs");
+        let (outcome, _) = run_task(&restarted, "are you back?").await;
+        assert_eq!(outcome.message, "alpha is back", "the restarted capsule serves");
+    }
+    let session = host.session("alpha").await.expect("host answers").expect("alpha runs");
+    crash_loop(&session).await;
+    let failed = wait_for(&host, "alpha", "failed past the intensity limit", |e| e.state == CapsuleState::Failed).await;
+    assert_eq!(failed.restarts, policy.max_restarts as u32, "no restart past the limit");
+    assert_eq!(failed.url, None);
+    assert!(failed.error.as_deref().unwrap_or("").contains("gave up"), "{failed:?}");
+    assert!(host.session("alpha").await.expect("host answers").is_none());
+
+    // An operator starts it again; the neighbour was never touched.
+    let started = host.act("alpha", Action::Start).await.expect("start");
+    assert_eq!(started.state, CapsuleState::Running);
+    stop.store(true, Ordering::SeqCst);
+    neighbour.await.expect("beta answered every task");
+    assert!(answered.load(Ordering::SeqCst) >= 10, "beta answered only {} tasks", answered.load(Ordering::SeqCst));
+    let beta_after = entry(&host, "beta").await;
+    assert_eq!((beta_after.state, beta_after.restarts, &beta_after.session_id), (CapsuleState::Running, 0, &beta.session_id));
+
+    let end = host.shutdown().await.expect("shutdown");
+    assert!(end.iter().all(|e| e.state == CapsuleState::Stopped), "{end:?}");
+    assert_eq!(host.act("beta", Action::Start).await, Err(capsule_actors::host::HostError::Unavailable), "a stopped host answers nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports_why() {
+    let stub = stub(vec![Turn::text("ok")]);
+    let good = anthropic_capsule(&stub.url(), &[], "");
+    let missing = tempfile::tempdir().expect("tempdir");
+    let planned = vec![
+        PlannedCapsule { name: "good".into(), manifest: good.path().to_path_buf(), workdir: good.workdir.clone(), port: 0 },
+        PlannedCapsule { name: "broken".into(), manifest: missing.path().join("nothing-here"), workdir: missing.path().join("work"), port: 0 },
+    ];
+    let shared = Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
+    let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
+    let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
+    wait_for(&host, "broken", "failed after its retries", |e| e.state == CapsuleState::Failed).await;
+    let list: Vec<Value> = reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
+    assert_eq!(list[0]["state"], "running");
+    assert_eq!(list[1]["state"], "failed");
+    assert_eq!(list[1]["restarts"], 3);
+    assert!(list[1]["error"].as_str().expect("error").starts_with("E-MAN-001"), "{}", list[1]);
+    assert_eq!(list[1]["url"], Value::Null);
+    let one: Value = reqwest::get(format!("{}/capsules/good", api.url())).await.expect("get").json().await.expect("json");
+    assert_eq!(one["state"], "running");
+    let stopped: Value = reqwest::Client::new().post(format!("{}/capsules/good/stop", api.url())).send().await.expect("stop").json().await.expect("json");
+    assert_eq!((stopped["state"].as_str(), &stopped["url"]), (Some("stopped"), &Value::Null));
+    let trace = traces(&good.workdir);
+    assert_eq!(trace[0].last().expect("lines")["event_type"], "session_end", "a stop is graceful");
+    host.shutdown().await.expect("shutdown");
+    api.close();
+}
