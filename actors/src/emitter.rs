@@ -187,3 +187,31 @@ pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ractor::Actor;
+
+    #[tokio::test]
+    async fn a_subscriber_that_does_not_read_loses_frames_and_is_told_how_many() {
+        let (e, _) = Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None }).await.expect("emitter");
+        let mut slow = e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
+        for i in 0..1000 {
+            let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false }));
+        }
+        let last = e.call(EmitterMsg::LastId, None).await.expect("call").expect("id");
+        assert_eq!(last, 1000, "the emitter numbered every frame without waiting for the reader");
+        let mut got = Vec::new();
+        while let Ok(f) = slow.try_recv() {
+            got.push(f.id);
+        }
+        assert_eq!(got, (1..=SUBSCRIBER_QUEUE as u64).map(Some).collect::<Vec<_>>(), "the queue holds the first frames that fit");
+        // Room again: the next frame is preceded by one `lagged` with the count.
+        let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: "after".into(), is_final: false }));
+        let lagged = slow.recv().await.expect("lagged");
+        assert_eq!(lagged.frame, Frame::Lagged { missed: 1000 - SUBSCRIBER_QUEUE as u64 });
+        assert_eq!(lagged.id, None);
+        assert_eq!(slow.recv().await.expect("next").id, Some(1001));
+    }
+}

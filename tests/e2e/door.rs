@@ -244,3 +244,33 @@ async fn tasks_cancel_ends_a_running_task_canceled_with_one_final_status() {
     let finals = rest.iter().filter(|f| matches!(&f.frame, capsule_protocol::frame::Frame::Status { is_final: true, .. })).count();
     assert_eq!(finals, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_does_not_stall_the_task_or_other_clients() {
+    let stub = capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![Turn::text("z".repeat(3000))]) }).expect("stub");
+    let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
+    let watch = || reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send();
+    let _stuck = watch().await.expect("a watcher that never reads its body");
+    let reader = watch().await.expect("a reading watcher");
+    let (_, v) = rpc(&d.url(), send_body("go")).await;
+    assert_eq!(v["result"]["status"]["state"], "completed", "the task finished despite the stuck client");
+    let fs = frames(&read_sse(reader, |t| t.contains("\"completed\"")).await);
+    let texts = fs.iter().filter(|f| f.1 == "text" && f.2["final"] == false).count();
+    assert_eq!(texts, 3000, "the reading client got every frame");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_frames_reach_the_client_as_sse() {
+    let t = Turn { thinking: Some(capsule_stub::Thinking { text: "pondering".into(), signature: "s".into() }), ..Turn::text("answer") };
+    let stub = stub(vec![t]);
+    let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
+    let mut body = send_body("hi");
+    body["method"] = json!("message/stream");
+    let resp = reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(body.to_string()).send().await.expect("post");
+    let fs = frames(&read_sse(resp, |_| false).await);
+    let thinking: String = fs.iter().filter(|f| f.1 == "thinking").map(|f| { assert_eq!(f.2["final"], false); f.2["text"].as_str().unwrap_or("").to_string() }).collect();
+    assert_eq!(thinking, "pondering");
+    let first_thinking = fs.iter().position(|f| f.1 == "thinking").expect("thinking");
+    let first_text = fs.iter().position(|f| f.1 == "text").expect("text");
+    assert!(first_thinking < first_text);
+}

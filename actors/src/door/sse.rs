@@ -91,3 +91,19 @@ pub fn error_stream(message: String) -> Response<Body> {
     let f = NumberedFrame { id: None, frame: Frame::Error { error: message } };
     response(Body::from(f.to_sse()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stream_writes_a_heartbeat_comment_every_15_seconds() {
+        let (_tx, rx) = mpsc::channel::<NumberedFrame>(4);
+        let mut body = stream(Vec::new(), rx, Until::Closed, None);
+        let first = tokio::time::timeout(HEARTBEAT + std::time::Duration::from_millis(10), body.frame()).await.expect("a heartbeat within 15 s").expect("frame").expect("ok");
+        assert_eq!(first.into_data().expect("data"), Bytes::from_static(b":heartbeat\n\n"));
+        let early = tokio::time::timeout(HEARTBEAT - std::time::Duration::from_millis(10), body.frame()).await;
+        assert!(early.is_err(), "no second heartbeat before another 15 s");
+    }
+}
