@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build every guest component (release, wasm32-wasip2) and copy each into
-# dist/<crate-name>.wasm. Runnable from any directory.
+# dist/<crate-name>.wasm. Runnable from any directory. Library crates of the
+# workspace (LIBRARIES) are compiled into the components and get no dist file.
 #
 # Reproducible: absolute paths that would otherwise end up in panic messages
 # (this folder, the cargo registry) are remapped to fixed names, so the same
@@ -15,7 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 HERE="$(pwd -P)"
 TARGET=wasm32-wasip2
 
-# Every crate of the workspace, in build order; the dist name is the crate name.
+# Every component crate of the workspace, in build order; the dist name is the
+# crate name. Plain libraries are listed in LIBRARIES below instead.
 CRATES=(
   driver-anthropic
   driver-openai
@@ -33,11 +35,39 @@ CRATES=(
   guest-no-run-export
 )
 
-# A crate folder missing from CRATES would silently never reach dist/.
+# Workspace crates that are plain Rust libraries (rlib) linked into the
+# components above. They build no .wasm of their own and never reach dist/.
+LIBRARIES=(
+  guest-http
+)
+
+listed() { # listed NAME LIST...: whether NAME is one of LIST
+  local name="$1" item
+  shift
+  for item in "$@"; do
+    if [ "$item" = "$name" ]; then return 0; fi
+  done
+  return 1
+}
+
+# A crate folder in neither list would silently never reach dist/ (or, for a
+# library, not be known to be one); one in both would be expected in dist/
+# although it builds no component.
 for manifest in */Cargo.toml; do
   crate="${manifest%/Cargo.toml}"
-  if [[ " ${CRATES[*]} " != *" $crate "* ]]; then
-    echo "build.sh: crate $crate is not listed in CRATES" >&2
+  if listed "$crate" "${CRATES[@]}"; then
+    if listed "$crate" "${LIBRARIES[@]}"; then
+      echo "build.sh: crate $crate is listed both in CRATES and in LIBRARIES" >&2
+      exit 1
+    fi
+  elif ! listed "$crate" "${LIBRARIES[@]}"; then
+    echo "build.sh: crate $crate is not listed in CRATES (components) or LIBRARIES (plain libraries)" >&2
+    exit 1
+  fi
+done
+for crate in "${LIBRARIES[@]}"; do
+  if [ ! -f "$crate/Cargo.toml" ]; then
+    echo "build.sh: library $crate is listed in LIBRARIES but has no $crate/Cargo.toml" >&2
     exit 1
   fi
 done

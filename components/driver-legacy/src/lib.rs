@@ -34,8 +34,9 @@ wit_bindgen::generate!({
 });
 
 use exports::murmur::tool::run::{Guest, Status, ToolInput, ToolResult};
+use guest_http::shape::{self, Shaped, Verdict};
 use murmur::text::chunks;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// An error body longer than this is cut in the error message.
 const ERROR_BODY_CAP: usize = 16 * 1024;
@@ -50,10 +51,7 @@ impl Guest for Component {
     fn run(input: ToolInput) -> ToolResult {
         let (target, body) = match prepare(input.data.as_deref()) {
             Ok(prepared) => prepared,
-            Err(message) => {
-                let data = json!({"stop_reason": "error", "content": [], "error": message}).to_string();
-                return result(Status::Error, Some(message), data);
-            }
+            Err(message) => return result(shape::input_error(message)),
         };
         let key = api_key(std::env::var("MURMUR_INFERENCE_API_KEY").ok());
         let bearer = format!("Bearer {key}");
@@ -71,11 +69,7 @@ impl Guest for Component {
         if !parsed.text.is_empty() {
             chunks::emit_chunk(&parsed.text);
         }
-        let data = parsed.response.to_string();
-        match parsed.error {
-            None => result(Status::Passed, None, data),
-            Some(message) => result(Status::Failed, Some(message), data),
-        }
+        result(shape::outcome(&parsed.response, parsed.error))
     }
 }
 
@@ -88,16 +82,7 @@ fn api_key(from_env: Option<String>) -> String {
 
 /// Everything that can go wrong before a request is sent.
 fn prepare(data: Option<&str>) -> Result<(http::Target, Vec<u8>), String> {
-    let data = data
-        .filter(|d| !d.trim().is_empty())
-        .ok_or("no input: tool-input.data must hold the neutral inference request JSON")?;
-    let req: Value = serde_json::from_str(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
-    let body = request::translate(&req).map_err(|e| format!("invalid inference request: {e}"))?;
-    let endpoint = std::env::var("MURMUR_INFERENCE_ENDPOINT")
-        .map_err(|e| format!("MURMUR_INFERENCE_ENDPOINT is unusable: {e}"))?;
-    let target = http::messages_target(&endpoint)?;
-    let body = serde_json::to_vec(&body).map_err(|e| format!("cannot serialise the request: {e}"))?;
-    Ok((target, body))
+    guest_http::input::prepare(data, request::translate, "/v1/messages")
 }
 
 /// A complete HTTP answer → the parsed neutral response.
@@ -128,17 +113,23 @@ fn answer_to_response(answer: http::Response) -> response::Parsed {
 
 /// The call failed before any content arrived.
 fn failure(message: String) -> response::Parsed {
-    let response = json!({"stop_reason": "error", "content": [], "error": message});
+    let response = shape::error_response(&message);
     response::Parsed { response, text: String::new(), error: Some(message) }
 }
 
-fn result(status: Status, summary: Option<String>, data: String) -> ToolResult {
-    ToolResult { status, summary, data: Some(data), data_path: None, truncated: false, metadata: Vec::new() }
+fn result(shaped: Shaped) -> ToolResult {
+    let status = match shaped.status {
+        Verdict::Passed => Status::Passed,
+        Verdict::Failed => Status::Failed,
+        Verdict::Error => Status::Error,
+    };
+    ToolResult { status, summary: shaped.summary, data: Some(shaped.data), data_path: None, truncated: false, metadata: Vec::new() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn answer(status: u16, body: &[u8]) -> response::Parsed {
         answer_to_response(http::Response { status, body: body.to_vec(), cut: false })

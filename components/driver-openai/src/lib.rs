@@ -4,9 +4,10 @@
 //! One `run` call is one inference call. `tool-input.data` holds the
 //! runtime's neutral request (CONTRACT §3); the driver translates it
 //! ([`request`]), POSTs it to `{MURMUR_INFERENCE_ENDPOINT}/chat/completions`
-//! with `stream: true` ([`http`]), parses the server-sent events as the bytes
-//! arrive ([`sse`]), reports live progress through `murmur:stream/events` and
-//! builds the neutral response ([`assemble`], [`calls`]). A server that
+//! with `stream: true`, parses the server-sent events as the bytes arrive
+//! (both in [`guest_http::exchange`]), reports live progress through
+//! `murmur:stream/events` and builds the neutral response ([`assemble`],
+//! [`calls`]). A server that
 //! answers `application/json` instead of a stream is read as one whole
 //! `chat.completion`, with the same events for what it contains.
 //!
@@ -27,9 +28,7 @@
 
 mod assemble;
 mod calls;
-mod http;
 mod request;
-mod sse;
 
 wit_bindgen::generate!({
     path: "../wit",
@@ -39,13 +38,11 @@ wit_bindgen::generate!({
 
 use assemble::{Assembler, Outcome, Sink};
 use exports::murmur::tool::run::{Guest, Status, ToolInput, ToolResult};
+use guest_http::exchange::{self, Answer};
+use guest_http::shape::{self, Shaped, Verdict};
+use guest_http::{sse, target::Target};
 use murmur::stream::events;
-use serde_json::{Value, json};
-
-/// An error body longer than this is cut in the error message.
-const ERROR_BODY_CAP: usize = 16 * 1024;
-/// A non-streaming response larger than this is refused.
-const JSON_BODY_CAP: usize = 64 * 1024 * 1024;
+use serde_json::Value;
 
 const HEADERS: [(&str, &str); 2] = [("content-type", "application/json"), ("accept", "text/event-stream")];
 
@@ -56,96 +53,38 @@ impl Guest for Component {
         match prepare(input.data.as_deref()) {
             Ok((target, body)) => {
                 let mut assembler = Assembler::new(HostEvents);
-                call(&target, &body, &mut assembler);
-                outcome_result(assembler.finish())
+                exchange::call(&target, &HEADERS, &body, &mut assembler);
+                let Outcome { response, error } = assembler.finish();
+                result(shape::outcome(&response, error))
             }
-            Err(message) => input_error(message),
+            Err(message) => result(shape::input_error(message)),
         }
     }
 }
 
 export!(Component);
 
-/// Everything that can go wrong before a request is sent.
-fn prepare(data: Option<&str>) -> Result<(http::Target, Vec<u8>), String> {
-    let data = data
-        .filter(|d| !d.trim().is_empty())
-        .ok_or("no input: tool-input.data must hold the neutral inference request JSON")?;
-    let req: Value = serde_json::from_str(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
-    let body = request::translate(&req).map_err(|e| format!("invalid inference request: {e}"))?;
-    let endpoint = std::env::var("MURMUR_INFERENCE_ENDPOINT")
-        .map_err(|e| format!("MURMUR_INFERENCE_ENDPOINT is unusable: {e}"))?;
-    let target = http::chat_completions_target(&endpoint)?;
-    let body = serde_json::to_vec(&body).map_err(|e| format!("cannot serialise the request: {e}"))?;
-    Ok((target, body))
+/// Everything that can go wrong before a request is sent. The endpoint
+/// carries its own version path (usually ending in `/v1`); nothing but
+/// `/chat/completions` is appended.
+fn prepare(data: Option<&str>) -> Result<(Target, Vec<u8>), String> {
+    guest_http::input::prepare(data, request::translate, "/chat/completions")
 }
 
-/// Send the request and feed the answer to the assembler; failures go to it too.
-fn call<S: Sink>(target: &http::Target, body: &[u8], assembler: &mut Assembler<S>) {
-    let mut response = match http::post(target, &HEADERS, body) {
-        Ok(r) => r,
-        Err(e) => return assembler.fail(e),
-    };
-    if !(200..300).contains(&response.status) {
-        let text = match response.body.read_to_end(ERROR_BODY_CAP) {
-            Ok((bytes, cut)) => {
-                let text = String::from_utf8_lossy(&bytes).into_owned();
-                if cut { format!("{text}… (cut)") } else { text }
-            }
-            Err(e) => format!("(body unreadable: {e})"),
-        };
-        return assembler.fail(format!("HTTP {}: {}", response.status, text));
+/// The Chat Completions answer: `data:` payloads (event names are ignored,
+/// these streams carry none), or one whole `chat.completion`.
+impl<S: Sink> Answer for Assembler<S> {
+    fn fail(&mut self, message: String) {
+        Assembler::fail(self, message);
     }
-    if response.content_type.starts_with("application/json") {
-        return whole_json(&mut response.body, assembler);
+    fn is_finished(&self) -> bool {
+        Assembler::is_finished(self)
     }
-    let mut parser = sse::Parser::new();
-    loop {
-        let done = match response.body.read() {
-            Ok(Some(bytes)) => feed(&mut parser, assembler, Some(&bytes)),
-            Ok(None) => feed(&mut parser, assembler, None),
-            Err(e) => return assembler.fail(e),
-        };
-        if done {
-            return;
-        }
+    fn event(&mut self, event: &sse::Event) {
+        self.data(&event.data);
     }
-}
-
-/// Hand one read of the SSE body (`None`: the body ended) to the parser and
-/// the payloads it completes to the assembler. True when nothing more is
-/// needed. Event names are ignored: Chat Completions streams carry none.
-fn feed<S: Sink>(parser: &mut sse::Parser, assembler: &mut Assembler<S>, read: Option<&[u8]>) -> bool {
-    let events = match read {
-        Some(bytes) => parser.push(bytes),
-        None => parser.finish(),
-    };
-    let Ok(events) = events else {
-        assembler.fail("the response body is not valid UTF-8");
-        return true;
-    };
-    for event in events {
-        assembler.data(&event.data);
-        if assembler.is_finished() {
-            return true;
-        }
-    }
-    read.is_none()
-}
-
-/// A non-streaming (`application/json`) `chat.completion`.
-fn whole_json<S: Sink>(body: &mut http::Body, assembler: &mut Assembler<S>) {
-    let bytes = match body.read_to_end(JSON_BODY_CAP) {
-        Ok((_, true)) => return assembler.fail(format!("the response body is larger than {JSON_BODY_CAP} bytes")),
-        Ok((bytes, false)) => bytes,
-        Err(e) => return assembler.fail(e),
-    };
-    let Ok(text) = String::from_utf8(bytes) else {
-        return assembler.fail("the response body is not valid UTF-8");
-    };
-    match serde_json::from_str::<Value>(&text) {
-        Ok(value) => assembler.completion(&value),
-        Err(e) => assembler.fail(format!("the response body is not valid JSON: {e}")),
+    fn whole(&mut self, body: &Value) {
+        self.completion(body);
     }
 }
 
@@ -167,28 +106,21 @@ impl Sink for HostEvents {
     }
 }
 
-fn outcome_result(outcome: Outcome) -> ToolResult {
-    let data = Some(outcome.response.to_string());
-    match outcome.error {
-        None => result(Status::Passed, None, data),
-        Some(message) => result(Status::Failed, Some(message), data),
-    }
-}
-
-/// The input or environment is unusable: nothing was sent.
-fn input_error(message: String) -> ToolResult {
-    let data = json!({"stop_reason": "error", "content": [], "error": message}).to_string();
-    result(Status::Error, Some(message), Some(data))
-}
-
-fn result(status: Status, summary: Option<String>, data: Option<String>) -> ToolResult {
-    ToolResult { status, summary, data, data_path: None, truncated: false, metadata: Vec::new() }
+fn result(shaped: Shaped) -> ToolResult {
+    let status = match shaped.status {
+        Verdict::Passed => Status::Passed,
+        Verdict::Failed => Status::Failed,
+        Verdict::Error => Status::Error,
+    };
+    ToolResult { status, summary: shaped.summary, data: Some(shaped.data), data_path: None, truncated: false, metadata: Vec::new() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use assemble::tests::Record;
+    use exchange::feed;
+    use serde_json::json;
 
     /// Reasoning, multi-byte text and two interleaved tool calls, then a
     /// usage-only chunk; `\r\n` and `\n` line ends, `data:` with and without
@@ -259,7 +191,7 @@ mod tests {
         for data in [None, Some(""), Some("{"), Some("{\"model\":\"m\"}")] {
             let err = prepare(data).err().unwrap_or_default();
             assert!(!err.is_empty(), "{data:?}");
-            let r = input_error(err.clone());
+            let r = result(shape::input_error(err.clone()));
             assert!(matches!(r.status, Status::Error));
             let v: Value = serde_json::from_str(r.data.as_deref().unwrap_or("")).unwrap_or_default();
             assert_eq!(v, json!({"stop_reason": "error", "content": [], "error": err}));

@@ -1,18 +1,22 @@
-//! One streaming HTTP POST through `wasi:http/outgoing-handler`.
+//! One HTTP POST through `wasi:http/outgoing-handler` (the `wasip2` crate).
 //!
 //! [`post`] sends a request body (written through the outgoing-body stream
 //! in pieces of at most 4096 bytes, the most one `blocking-write-and-flush`
 //! may take) and waits for the response head; [`Body::read`] then hands the
 //! response body over piece by piece as it arrives, so the caller can parse
-//! while the provider is still sending.
+//! while the provider is still sending, and [`Body::read_to_end`] reads what
+//! is left up to a cap, for callers that want the whole answer.
 //!
-//! Every failure is a `String` naming what failed; a transport error carries
-//! the `wasi:http` error code (for example `HttpRequestDenied` when the host
-//! policy refused the request, `ConnectionRefused`).
+//! Guarantees: every failure is a `String` naming what failed; a transport
+//! error carries the `wasi:http` error code (for example `HttpRequestDenied`
+//! when the host policy refused the request, `ConnectionRefused`). A request
+//! body that could not be written whole is never finished, so the host sees
+//! a broken body, not a short one. Resources are dropped children first.
 //!
 //! Deliberately not done: no redirects are followed, no retries, no timeouts
-//! of its own (the host bounds every call), no auth header (the host gateway
-//! adds the credential).
+//! of its own (the host bounds every call), no headers of its own (the
+//! caller passes every header; the streaming drivers send no auth header,
+//! the host gateway adds the credential).
 
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
@@ -20,49 +24,13 @@ use wasip2::http::types::{
 };
 use wasip2::io::streams::{InputStream, StreamError};
 
+use crate::target::Target;
+
 /// The most bytes one `blocking-write-and-flush` call may carry.
 const WRITE_CHUNK: usize = 4096;
-/// How many bytes to ask for per body read.
+/// How many bytes to ask for per body read, unless [`Body::set_read_chunk`]
+/// says otherwise.
 const READ_CHUNK: u64 = 16 * 1024;
-
-/// Where a request goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub https: bool,
-    pub authority: String,
-    pub path: String,
-}
-
-/// `{endpoint}/v1/messages`, with one or more trailing slashes of the
-/// endpoint removed. The endpoint may carry a path prefix, not a query.
-pub fn messages_target(endpoint: &str) -> Result<Target, String> {
-    let endpoint = endpoint.trim();
-    let bad = |why: &str| Err(format!("MURMUR_INFERENCE_ENDPOINT `{endpoint}` {why}"));
-    let (https, rest) = if let Some(rest) = strip_prefix_ignore_case(endpoint, "https://") {
-        (true, rest)
-    } else if let Some(rest) = strip_prefix_ignore_case(endpoint, "http://") {
-        (false, rest)
-    } else {
-        return bad("must start with http:// or https://");
-    };
-    if rest.contains(['?', '#']) {
-        return bad("must not carry a query or fragment");
-    }
-    let (authority, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if authority.is_empty() {
-        return bad("has no host");
-    }
-    let path = format!("{}/v1/messages", prefix.trim_end_matches('/'));
-    Ok(Target { https, authority: authority.to_string(), path })
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
-}
 
 /// A response whose head has arrived; the body is read on demand.
 pub struct Response {
@@ -79,12 +47,20 @@ pub struct Body {
     stream: InputStream,
     _body: IncomingBody,
     _response: IncomingResponse,
+    /// The most bytes one read asks for.
+    chunk: u64,
 }
 
 impl Body {
+    /// Ask for at most `bytes` per read from now on (the default is 16 KiB).
+    /// Changes how the body is fetched, never what is read.
+    pub fn set_read_chunk(&mut self, bytes: u64) {
+        self.chunk = bytes;
+    }
+
     /// The next piece of the body, `None` at its end.
     pub fn read(&mut self) -> Result<Option<Vec<u8>>, String> {
-        match self.stream.blocking_read(READ_CHUNK) {
+        match self.stream.blocking_read(self.chunk) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(StreamError::Closed) => Ok(None),
             Err(StreamError::LastOperationFailed(e)) => {
@@ -169,7 +145,7 @@ pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Re
     drop(head);
     let incoming = response.consume().map_err(|()| "the response body was already taken".to_string())?;
     let stream = incoming.stream().map_err(|()| "the response body stream was already taken".to_string())?;
-    Ok(Response { status, content_type, body: Body { stream, _body: incoming, _response: response } })
+    Ok(Response { status, content_type, body: Body { stream, _body: incoming, _response: response, chunk: READ_CHUNK } })
 }
 
 /// Write `body` through the outgoing stream, ≤ 4096 bytes per call.
@@ -187,20 +163,4 @@ fn write_all(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn targets() {
-        let t = messages_target("https://api.example.com/").unwrap();
-        assert_eq!(t, Target { https: true, authority: "api.example.com".into(), path: "/v1/messages".into() });
-        let t = messages_target("http://127.0.0.1:8080/gw/anthropic//").unwrap();
-        assert_eq!(t, Target { https: false, authority: "127.0.0.1:8080".into(), path: "/gw/anthropic/v1/messages".into() });
-        assert!(messages_target("ftp://x").is_err());
-        assert!(messages_target("http:///x").is_err());
-        assert!(messages_target("http://x/?a=1").is_err());
-    }
 }

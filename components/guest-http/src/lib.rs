@@ -1,0 +1,31 @@
+//! `guest-http`: the code the inference drivers share, as a plain Rust
+//! library (an `rlib`). It is NOT a component: it exports no `wit` world,
+//! builds no `.wasm` of its own and never appears in `dist/`; it is compiled
+//! into `driver-anthropic`, `driver-openai` and `driver-legacy`.
+//!
+//! - [`target`]: `MURMUR_INFERENCE_ENDPOINT` + a provider path → where to send;
+//! - [`input`]: the checks made before anything is sent;
+//! - [`http`]: one POST through `wasi:http` (the `wasip2` crate), the
+//!   response body read piece by piece or whole;
+//! - [`sse`]: the incremental server-sent-events parser;
+//! - [`exchange`]: one streaming call from POST to last event, handing the
+//!   answer to a driver's assembler ([`exchange::Answer`]);
+//! - [`shape`]: the `passed` / `failed` / `error` result shapes, without the
+//!   `wit` types.
+//!
+//! Guarantees: nothing here panics on bad input or a bad answer; every
+//! failure is a `String` message, the same text the drivers always reported.
+//! The pure parts ([`target`], [`input`], [`sse`], [`exchange::feed`],
+//! [`shape`]) are unit-tested natively (`cargo test`).
+//!
+//! Deliberately not done: anything provider-specific (request translation,
+//! event meaning, response assembly stay in each driver), credentials (the
+//! host gateway adds them), the `wit` bindings (each component generates
+//! its own world).
+
+pub mod exchange;
+pub mod http;
+pub mod input;
+pub mod shape;
+pub mod sse;
+pub mod target;
