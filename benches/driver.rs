@@ -171,6 +171,21 @@ fn ten_message_request() -> String {
     serde_json::to_string(&request).expect("serializes")
 }
 
+/// The smallest request: one short user message, no tools, no system prompt.
+fn one_message_request() -> String {
+    let request = DriverRequest {
+        model: MODEL.into(),
+        max_tokens: 1024,
+        system: String::new(),
+        messages: vec![Message::user_text("What is the weather in Paris?")],
+        tools: Vec::new(),
+        params: serde_json::Map::new(),
+        continuation_id: None,
+        prompt_cache_key: "bench:0.1.0".into(),
+    };
+    serde_json::to_string(&request).expect("serializes")
+}
+
 fn sse(name: &str, data: &Value) -> String {
     format!("event: {name}\ndata: {data}\n\n")
 }
@@ -413,6 +428,10 @@ struct OverheadRow {
     overhead_c: Vec<f64>,
     /// instantiate + call when the policy refuses the request (no provider at all).
     translate_only: Vec<f64>,
+    /// As `translate_only`, for a 1-message request.
+    translate_one: Vec<f64>,
+    /// instantiate + call with no input at all (the driver answers `error` at once).
+    floor: Vec<f64>,
 }
 
 async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
@@ -473,7 +492,25 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
             translate_only.push(us(o.instantiate_time + o.call_time));
         }
     }
-    OverheadRow { provider: p, neutral_bytes: input.len(), provider_bytes: provider_body.len(), instantiate, call, stub, plain_stub, plain, rtt, overhead_a, overhead_b, overhead_c, translate_only }
+    let one = one_message_request();
+    let mut translate_one = Vec::new();
+    for i in 0..WARMUP + CALLS {
+        let o = artifact.call(&d.host, &denied, events.clone(), ToolInput { data: Some(one.clone()), log_path: None }).await;
+        assert_eq!(o.result.expect("a result").status, ToolStatus::Failed);
+        if i >= WARMUP {
+            translate_one.push(us(o.instantiate_time + o.call_time));
+        }
+    }
+    // The floor of any call: no input, so the driver answers `error` before doing anything.
+    let mut floor = Vec::new();
+    for i in 0..WARMUP + CALLS {
+        let o = artifact.call(&d.host, &denied, events.clone(), ToolInput { data: None, log_path: None }).await;
+        assert_eq!(o.result.expect("a result").status, ToolStatus::Error);
+        if i >= WARMUP {
+            floor.push(us(o.instantiate_time + o.call_time));
+        }
+    }
+    OverheadRow { provider: p, neutral_bytes: input.len(), provider_bytes: provider_body.len(), instantiate, call, stub, plain_stub, plain, rtt, overhead_a, overhead_b, overhead_c, translate_only, translate_one, floor }
 }
 
 struct ThroughputRow {
@@ -539,11 +576,11 @@ fn main() {
         let rows = vec![overhead(&d, Provider::Anthropic).await, overhead(&d, Provider::OpenAi).await];
         println!("\n## Driver call overhead excluding the provider (10-message request, {CALLS} calls per driver after {WARMUP} warm-up)\n");
         println!("Each call: `LoadedArtifact::call` on the committed component with a 10-message neutral request (system prompt, 2 tools); the stub answers a tiny precomputed SSE body (one text delta), sent whole. After each driver call a plain client (fresh TCP connection, hand-written HTTP/1.1, one write) posts the same provider body to the same stub for the same answer. All figures µs, p50 over {CALLS}.\n");
-        println!("| driver | neutral bytes | provider body bytes | instantiate | call | stub time, driver's request | stub time, plain request | plain exchange | loopback RTT (plain − its stub time) | translate only (request refused by policy) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("| driver | neutral bytes | provider body bytes | instantiate | call | stub time, driver's request | stub time, plain request | plain exchange | loopback RTT (plain − its stub time) | translate only (request refused by policy) | same, 1-message request | floor: no input (instantiate + an immediate `error`) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &rows {
             println!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 r.provider.name(),
                 r.neutral_bytes,
                 r.provider_bytes,
@@ -554,6 +591,8 @@ fn main() {
                 pct(&r.plain, 50.0),
                 pct(&r.rtt, 50.0),
                 pct(&r.translate_only, 50.0),
+                pct(&r.translate_one, 50.0),
+                pct(&r.floor, 50.0),
             );
         }
         println!("\nOverhead, three ways of subtracting the provider:\n");

@@ -17,7 +17,7 @@
 //!   casts frames stamped with their send time, which is what the driver sink's `chunk` does).
 
 use capsule_actors::coalescer::{Coalescer, CoalescerMsg, ProgressRules};
-use capsule_actors::emitter::{Emitter, EmitterMsg};
+use capsule_actors::emitter::{Emitter, EmitterArgs, EmitterMsg};
 use capsule_actors::names::{self, role};
 use capsule_actors::{LaunchOptions, Session, door};
 use capsule_protocol::frame::Frame;
@@ -126,7 +126,7 @@ async fn coalescer() {
         rows.push(("`ProgressRules` direct", calls, DIRECT, pct(&rates, 50.0), runs[0].1));
     }
     let emitter_name = "bench-coalescer/emitter".to_string();
-    let (emitter, eh) = Actor::spawn(Some(emitter_name.clone()), Emitter, Arc::new(AtomicU64::new(1))).await.expect("emitter");
+    let (emitter, eh) = Actor::spawn(Some(emitter_name.clone()), Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None }).await.expect("emitter");
     let (coal, ch) = Actor::spawn(Some("bench-coalescer/coalescer".into()), Coalescer, emitter_name).await.expect("coalescer");
     for calls in [1usize, 100] {
         let mut runs = Vec::new();
