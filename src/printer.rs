@@ -7,6 +7,12 @@ use capsule_protocol::frame::{Frame, NumberedFrame, TaskState};
 use std::io::Write;
 use tokio::sync::mpsc;
 
+/// Dim text on a terminal; plain text when stdout is a pipe or a file.
+fn dim(text: &str) -> String {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() { format!("\x1b[2m{text}\x1b[0m") } else { text.to_string() }
+}
+
 /// Output style.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -32,7 +38,7 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
             }
         }
         Frame::Thinking { text, .. } => {
-            let _ = write!(out, "\x1b[2m{text}\x1b[0m");
+            let _ = write!(out, "{}", dim(&text));
         }
         Frame::ToolCallStarted { tool_name, tool_call_id, .. } => {
             let _ = writeln!(out, "\n→ {tool_name} ({tool_call_id})");
@@ -46,7 +52,7 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
         }
         Frame::Status { status, .. } => match status.state {
             TaskState::Working => {
-                let _ = writeln!(out, "\x1b[2m[{}]\x1b[0m", status.message);
+                let _ = writeln!(out, "{}", dim(&format!("[{}]", status.message)));
             }
             TaskState::Completed => {}
             other => {
