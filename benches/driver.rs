@@ -22,7 +22,10 @@
 
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{Block, DriverRequest, Message, Role, ToolSpec};
-use capsule_runtime::{ArtifactRole, GatewayRoute, GuestEvents, Grants, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput, ToolStatus, gateway_address};
+use capsule_runtime::{
+    ArtifactRole, GatewayRoute, Grants, GuestEvents, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput,
+    ToolStatus, gateway_address,
+};
 use capsule_stub::{RawResponse, Script, Stub, StubHandle, Turn};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -112,7 +115,10 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
         ],
         preopen: None,
         limits: Limits { deadline_seconds: 120, ..Limits::default() },
-        policy: OutgoingPolicy { allow: Vec::new(), gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("stub url"), fixed: None, key: None }) },
+        policy: OutgoingPolicy {
+            allow: Vec::new(),
+            gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("stub url"), fixed: None, key: None }),
+        },
     }
 }
 
@@ -128,9 +134,12 @@ fn call_block(id: &str, input: Value) -> Block {
 /// calls and their results, more calls, a reply, a follow-up, and one more call and result.
 /// Two tools with JSON schemas and a system prompt; about 6 KB of neutral JSON.
 fn ten_message_request() -> String {
-    let source: String = (0..24).map(|i| format!("fn step_{i}(x: u64) -> u64 {{ x.wrapping_mul({i}) + 1 }}\n")).collect();
+    let source: String =
+        (0..24).map(|i| format!("fn step_{i}(x: u64) -> u64 {{ x.wrapping_mul({i}) + 1 }}\n")).collect();
     let messages = vec![
-        Message::user_text("Please look at src/lib.rs and src/main.rs, then make every step function saturating instead of wrapping, and tell me what you changed."),
+        Message::user_text(
+            "Please look at src/lib.rs and src/main.rs, then make every step function saturating instead of wrapping, and tell me what you changed.",
+        ),
         assistant(vec![
             Block::Text { text: "I'll read both files first.".into() },
             call_block("call_1", json!({"op": "read", "path": "src/lib.rs"})),
@@ -138,9 +147,15 @@ fn ten_message_request() -> String {
         ]),
         Message::tool_result("call_1", source.clone(), false),
         Message::tool_result("call_2", "fn main() {\n    println!(\"{}\", lib::step_3(7));\n}\n", false),
-        assistant(vec![call_block("call_3", json!({"op": "write", "path": "src/lib.rs", "content": source.replace("wrapping_mul", "saturating_mul")}))]),
+        assistant(vec![call_block(
+            "call_3",
+            json!({"op": "write", "path": "src/lib.rs", "content": source.replace("wrapping_mul", "saturating_mul")}),
+        )]),
         Message::tool_result("call_3", "wrote 1 file (1,234 bytes)", false),
-        assistant(vec![Block::Text { text: "Done: all 24 step functions in src/lib.rs now use saturating_mul; src/main.rs needed no change.".into() }]),
+        assistant(vec![Block::Text {
+            text: "Done: all 24 step functions in src/lib.rs now use saturating_mul; src/main.rs needed no change."
+                .into(),
+        }]),
         Message::user_text("Thanks. Can you also list the folder so I can see nothing else changed?"),
         assistant(vec![call_block("call_4", json!({"op": "list", "path": "."}))]),
         Message::tool_result("call_4", "Cargo.toml\nREADME.md\nsrc/\nsrc/lib.rs\nsrc/main.rs\ntests/\n", false),
@@ -203,11 +218,17 @@ fn oa_usage() -> Value {
 }
 
 fn an_start() -> String {
-    sse("message_start", &json!({"type": "message_start", "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": MODEL, "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 1200, "output_tokens": 1}}}))
+    sse(
+        "message_start",
+        &json!({"type": "message_start", "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": MODEL, "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 1200, "output_tokens": 1}}}),
+    )
 }
 
 fn an_end(stop: &str) -> String {
-    sse("message_delta", &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 1}})) + &sse("message_stop", &json!({"type": "message_stop"}))
+    sse(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 1}}),
+    ) + &sse("message_stop", &json!({"type": "message_stop"}))
 }
 
 /// The smallest complete streamed answer: one text delta "ok".
@@ -215,13 +236,22 @@ fn tiny_body(p: Provider) -> String {
     match p {
         Provider::Anthropic => {
             an_start()
-                + &sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
-                + &sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}))
+                + &sse(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                )
+                + &sse(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+                )
                 + &sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0}))
                 + &an_end("end_turn")
         }
         Provider::OpenAi => {
-            oa_data(&oa_chunk(json!({"role": "assistant", "content": "ok"}), None)) + &oa_data(&oa_chunk(json!({}), Some("stop"))) + &oa_data(&oa_usage()) + "data: [DONE]\n\n"
+            oa_data(&oa_chunk(json!({"role": "assistant", "content": "ok"}), None))
+                + &oa_data(&oa_chunk(json!({}), Some("stop")))
+                + &oa_data(&oa_usage())
+                + "data: [DONE]\n\n"
         }
     }
 }
@@ -229,7 +259,20 @@ fn tiny_body(p: Provider) -> String {
 /// Text pieces of 20–30 bytes, like real token deltas: words, punctuation, some newlines,
 /// some quotes and an occasional non-ASCII character.
 fn text_piece(i: usize) -> String {
-    const WORDS: [&str; 12] = ["the", "stream", "parser", "reads", "bytes,", "then", "émits", "\"events\"", "for", "each", "delta", "line.\n"];
+    const WORDS: [&str; 12] = [
+        "the",
+        "stream",
+        "parser",
+        "reads",
+        "bytes,",
+        "then",
+        "émits",
+        "\"events\"",
+        "for",
+        "each",
+        "delta",
+        "line.\n",
+    ];
     let mut s = String::new();
     let mut k = i;
     while s.len() < 20 {
@@ -282,7 +325,10 @@ fn text_stream(p: Provider) -> (String, Expect) {
     match p {
         Provider::Anthropic => {
             body.push_str(&an_start());
-            body.push_str(&sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
+            body.push_str(&sse(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ));
         }
         Provider::OpenAi => body.push_str(&oa_data(&oa_chunk(json!({"role": "assistant", "content": ""}), None))),
     }
@@ -293,7 +339,10 @@ fn text_stream(p: Provider) -> (String, Expect) {
         chunks += 1;
         text_bytes += t.len() as u64;
         match p {
-            Provider::Anthropic => body.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}))),
+            Provider::Anthropic => body.push_str(&sse(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}),
+            )),
             Provider::OpenAi => body.push_str(&oa_data(&oa_chunk(json!({"content": t}), None))),
         }
     }
@@ -338,7 +387,10 @@ fn tool_stream(p: Provider) -> (String, Expect) {
             body.push_str(&oa_data(&oa_chunk(json!({"role": "assistant", "content": null}), None)));
             body.push_str(&oa_data(&oa_chunk(json!({"tool_calls": [{"index": 0, "id": "call_bench", "type": "function", "function": {"name": "files", "arguments": ""}}]}), None)));
             for piece in &parts {
-                body.push_str(&oa_data(&oa_chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), None)));
+                body.push_str(&oa_data(&oa_chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    None,
+                )));
             }
             body.push_str(&oa_data(&oa_chunk(json!({}), Some("tool_calls"))));
             body.push_str(&oa_data(&oa_usage()));
@@ -357,7 +409,10 @@ async fn plain_post(addr: SocketAddr, path: &str, headers: &str, body: &[u8], bu
     let t0 = Instant::now();
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     s.set_nodelay(true).expect("nodelay");
-    let head = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n", body.len());
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n",
+        body.len()
+    );
     let mut req = Vec::with_capacity(head.len() + body.len());
     req.extend_from_slice(head.as_bytes());
     req.extend_from_slice(body);
@@ -371,7 +426,13 @@ async fn plain_post(addr: SocketAddr, path: &str, headers: &str, body: &[u8], bu
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
             assert!(head.starts_with("http/1.1 200"), "{head}");
-            let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).expect("content-length").trim().parse().expect("number");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .expect("content-length")
+                .trim()
+                .parse()
+                .expect("number");
             break (i + 4, len);
         }
     };
@@ -444,7 +505,8 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
     let counter = Arc::new(Counter::default());
     let events: Arc<dyn GuestEvents> = counter.clone();
     for _ in 0..WARMUP {
-        let o = artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let o =
+            artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
         let r = o.result.unwrap_or_else(|e| panic!("{} warm-up call failed: {e}; stderr {}", p.name(), o.stderr));
         assert_eq!(r.status, ToolStatus::Passed, "{:?} {:?}", r.summary, r.data);
         let data: Value = serde_json::from_str(r.data.as_deref().expect("data")).expect("json");
@@ -453,13 +515,17 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
     // The plain client posts exactly the provider body the driver wrote, to the same path.
     let first = stub.requests().into_iter().next().expect("a request");
     let provider_body = serde_json::to_vec(&first.body).expect("body");
-    assert!(first.body["messages"].as_array().is_some_and(|m| !m.is_empty()), "the stub recorded the translated request");
+    assert!(
+        first.body["messages"].as_array().is_some_and(|m| !m.is_empty()),
+        "the stub recorded the translated request"
+    );
     let path = first.path.clone();
     let mut buf = Vec::new();
     let (mut instantiate, mut call, mut wall, mut plain) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..CALLS {
         let t0 = Instant::now();
-        let o = artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let o =
+            artifact.call(&d.host, &g, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
         let w = t0.elapsed();
         assert_eq!(o.result.as_ref().map(|r| r.status).ok(), Some(ToolStatus::Passed));
         instantiate.push(us(o.instantiate_time));
@@ -484,7 +550,9 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
     let denied = Grants { policy: OutgoingPolicy::default(), ..g.clone() };
     let mut translate_only = Vec::new();
     for i in 0..WARMUP + CALLS {
-        let o = artifact.call(&d.host, &denied, events.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let o = artifact
+            .call(&d.host, &denied, events.clone(), ToolInput { data: Some(input.clone()), log_path: None })
+            .await;
         let r = o.result.expect("a result");
         assert_eq!(r.status, ToolStatus::Failed, "refused: {:?}", r.summary);
         assert!(r.summary.as_deref().unwrap_or("").contains("HttpRequestDenied"), "{:?}", r.summary);
@@ -495,7 +563,9 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
     let one = one_message_request();
     let mut translate_one = Vec::new();
     for i in 0..WARMUP + CALLS {
-        let o = artifact.call(&d.host, &denied, events.clone(), ToolInput { data: Some(one.clone()), log_path: None }).await;
+        let o = artifact
+            .call(&d.host, &denied, events.clone(), ToolInput { data: Some(one.clone()), log_path: None })
+            .await;
         assert_eq!(o.result.expect("a result").status, ToolStatus::Failed);
         if i >= WARMUP {
             translate_one.push(us(o.instantiate_time + o.call_time));
@@ -510,7 +580,23 @@ async fn overhead(d: &Drivers, p: Provider) -> OverheadRow {
             floor.push(us(o.instantiate_time + o.call_time));
         }
     }
-    OverheadRow { provider: p, neutral_bytes: input.len(), provider_bytes: provider_body.len(), instantiate, call, stub, plain_stub, plain, rtt, overhead_a, overhead_b, overhead_c, translate_only, translate_one, floor }
+    OverheadRow {
+        provider: p,
+        neutral_bytes: input.len(),
+        provider_bytes: provider_body.len(),
+        instantiate,
+        call,
+        stub,
+        plain_stub,
+        plain,
+        rtt,
+        overhead_a,
+        overhead_b,
+        overhead_c,
+        translate_only,
+        translate_one,
+        floor,
+    }
 }
 
 struct ThroughputRow {
@@ -534,19 +620,41 @@ async fn throughput(d: &Drivers, p: Provider, kind: &'static str, dir: &std::pat
     let mut buf = Vec::with_capacity(bytes + 4096);
     for _ in 0..REPLAYS {
         // A fresh stub per replay holds only this replay's two copies of the body.
-        let stub = Stub::start(Script::new(vec![Turn::raw(RawResponse::file(&file)), Turn::raw(RawResponse::file(&file))])).expect("stub");
+        let stub =
+            Stub::start(Script::new(vec![Turn::raw(RawResponse::file(&file)), Turn::raw(RawResponse::file(&file))]))
+                .expect("stub");
         let counter = Arc::new(Counter::default());
-        let o = artifact.call(&d.host, &grants(p, &stub.url()), counter.clone(), ToolInput { data: Some(input.clone()), log_path: None }).await;
+        let o = artifact
+            .call(
+                &d.host,
+                &grants(p, &stub.url()),
+                counter.clone(),
+                ToolInput { data: Some(input.clone()), log_path: None },
+            )
+            .await;
         let r = o.result.unwrap_or_else(|e| panic!("{} {kind} call failed: {e}; stderr {}", p.name(), o.stderr));
         assert_eq!(r.status, ToolStatus::Passed, "{:?}", r.summary);
         let data: Value = serde_json::from_str(r.data.as_deref().expect("data")).expect("json");
-        assert_eq!(counter.chunks.load(Ordering::Relaxed), expect.chunks, "{} {kind}: one chunk event per text delta", p.name());
+        assert_eq!(
+            counter.chunks.load(Ordering::Relaxed),
+            expect.chunks,
+            "{} {kind}: one chunk event per text delta",
+            p.name()
+        );
         assert_eq!(counter.chunk_bytes.load(Ordering::Relaxed), expect.text_bytes);
-        assert_eq!(counter.tool_reports.load(Ordering::Relaxed), expect.tool_reports, "{} {kind}: one report per input delta", p.name());
+        assert_eq!(
+            counter.tool_reports.load(Ordering::Relaxed),
+            expect.tool_reports,
+            "{} {kind}: one report per input delta",
+            p.name()
+        );
         assert_eq!(counter.tool_starts.load(Ordering::Relaxed), u64::from(expect.tool_input.is_some()));
         match &expect.tool_input {
             Some(input) => {
-                let call = data["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "tool_call")).expect("a tool call");
+                let call = data["content"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|b| b["type"] == "tool_call"))
+                    .expect("a tool call");
                 assert!(call["input"] == *input, "{} {kind}: the input round-trips", p.name());
             }
             None => assert_eq!(data["content"][0]["text"].as_str().map(str::len), Some(expect.text_bytes as usize)),

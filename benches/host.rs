@@ -53,7 +53,13 @@ fn host() -> Host {
 }
 
 fn shared(host: &Host) -> Shared {
-    Shared { host: host.clone(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() }
+    Shared {
+        host: host.clone(),
+        env: Default::default(),
+        host_config: None,
+        machine: None,
+        bind: [127, 0, 0, 1].into(),
+    }
 }
 
 /// A small keyless capsule folder pointed at `endpoint`.
@@ -92,7 +98,12 @@ fn row(what: &str, v: &[f64]) {
 
 fn status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// (soft, hard) RLIMIT_NOFILE from /proc/self/limits.
@@ -111,15 +122,23 @@ fn ensure_nofile(need: u64) -> String {
         return format!("soft RLIMIT_NOFILE {soft} ≥ {need} needed; unchanged");
     }
     let pid = std::process::id().to_string();
-    let ok = std::process::Command::new("prlimit").args(["--pid", &pid, &format!("--nofile={hard}:{hard}")]).status().is_ok_and(|s| s.success());
+    let ok = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={hard}:{hard}")])
+        .status()
+        .is_ok_and(|s| s.success());
     let (now, _) = nofile();
-    format!("soft RLIMIT_NOFILE {soft} < {need} needed; prlimit {} → {now} (hard {hard})", if ok { "raised it" } else { "FAILED" })
+    format!(
+        "soft RLIMIT_NOFILE {soft} < {need} needed; prlimit {} → {now} (hard {hard})",
+        if ok { "raised it" } else { "FAILED" }
+    )
 }
 
 async fn gateway_restart(h: &Host, work: &Path) {
     let stub = stub(1000);
     let folder = write_capsule(work, &stub.url());
-    let host = HostHandle::start(vec![planned("bench", &folder, work)], shared(h), RestartPolicy::default()).await.expect("host");
+    let host = HostHandle::start(vec![planned("bench", &folder, work)], shared(h), RestartPolicy::default())
+        .await
+        .expect("host");
     host.settled().await.expect("settled");
     let stub_ms = |stub: &StubHandle| stub.requests().last().map(|r| r.stub_elapsed_ns as f64 / 1e6).unwrap_or(0.0);
     let (mut baseline, mut restart, mut serving, mut later) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -158,14 +177,22 @@ async fn gateway_restart(h: &Host, work: &Path) {
     row("task, no crash (wall − stub)", &baseline);
     row("first crash in the window: inject → new gateway registered", &restart);
     row("first crash in the window: inject → next task completed (− stub)", &serving);
-    row("2nd–5th crash within 10 s: inject → next task completed (− stub; includes the supervisor's 10–80 ms backoff)", &later);
+    row(
+        "2nd–5th crash within 10 s: inject → next task completed (− stub; includes the supervisor's 10–80 ms backoff)",
+        &later,
+    );
     host.shutdown().await.expect("shutdown");
 }
 
 async fn host_restart(h: &Host, work: &Path) {
     let stub = stub(10);
     let folder = write_capsule(work, &stub.url());
-    let policy = RestartPolicy { max_restarts: 1000, backoff_initial: Duration::ZERO, backoff_max: Duration::ZERO, ..RestartPolicy::default() };
+    let policy = RestartPolicy {
+        max_restarts: 1000,
+        backoff_initial: Duration::ZERO,
+        backoff_max: Duration::ZERO,
+        ..RestartPolicy::default()
+    };
     let host = HostHandle::start(vec![planned("loop", &folder, work)], shared(h), policy).await.expect("host");
     host.settled().await.expect("settled");
     let http = reqwest::Client::new();
@@ -218,7 +245,9 @@ async fn density(h: &Host, work: &Path) {
     let fd_note = ensure_nofile(CAPSULES as u64 * 4 + 1024);
     // Warm-up: one capsule, so one-time costs (component in memory, encoder, runtime) are in
     // the baseline and not counted per capsule.
-    let warm = HostHandle::start(vec![planned("warm", &folder, work)], shared(h), RestartPolicy::default()).await.expect("host");
+    let warm = HostHandle::start(vec![planned("warm", &folder, work)], shared(h), RestartPolicy::default())
+        .await
+        .expect("host");
     warm.settled().await.expect("settled");
     warm.shutdown().await.expect("shutdown");
     let actors_before = ractor::registry::registered().len();
@@ -240,7 +269,9 @@ async fn density(h: &Host, work: &Path) {
     let mut answered = 0;
     for e in entries.iter().step_by(CAPSULES / 20) {
         let url = e.url.clone().unwrap_or_default();
-        answered += usize::from(http.get(format!("{url}/.well-known/agent-card.json")).send().await.is_ok_and(|r| r.status().is_success()));
+        answered += usize::from(
+            http.get(format!("{url}/.well-known/agent-card.json")).send().await.is_ok_and(|r| r.status().is_success()),
+        );
     }
     let t1 = Instant::now();
     let end = host.shutdown().await.expect("shutdown");
@@ -250,7 +281,9 @@ async fn density(h: &Host, work: &Path) {
     let per = |kib: u64| (kib.saturating_sub(before)) as f64 / CAPSULES as f64 / 1024.0;
     println!("\n### Density and start time ({CAPSULES} idle capsules, one process)\n");
     println!("- {fd_note}");
-    println!("- running after start: {running}/{CAPSULES}; registered actors added: {actors}; doors sampled answering: {answered}/20");
+    println!(
+        "- running after start: {running}/{CAPSULES}; registered actors added: {actors}; doors sampled answering: {answered}/20"
+    );
     println!("\n| measure | value |\n|---|---|");
     println!("| VmRSS after warm-up (1 capsule started and stopped) | {:.1} MiB |", mib(before));
     println!("| VmRSS right after {CAPSULES} capsules are running | {:.1} MiB |", mib(after));
@@ -258,8 +291,15 @@ async fn density(h: &Host, work: &Path) {
     println!("| marginal RSS per capsule (idle − warm-up) / {CAPSULES} | {:.3} MiB |", per(idle));
     println!("| marginal RSS per capsule, right after start | {:.3} MiB |", per(after));
     println!("| VmHWM (peak) | {:.1} MiB |", mib(status_kib("VmHWM:")));
-    println!("| time to start {CAPSULES} capsules (spawn → all running) | {:.0} ms ({:.2} ms per capsule) |", start.as_secs_f64() * 1e3, start.as_secs_f64() * 1e3 / CAPSULES as f64);
-    println!("| time to stop {CAPSULES} capsules gracefully ({stopped} stopped) | {:.0} ms |", stop.as_secs_f64() * 1e3);
+    println!(
+        "| time to start {CAPSULES} capsules (spawn → all running) | {:.0} ms ({:.2} ms per capsule) |",
+        start.as_secs_f64() * 1e3,
+        start.as_secs_f64() * 1e3 / CAPSULES as f64
+    );
+    println!(
+        "| time to stop {CAPSULES} capsules gracefully ({stopped} stopped) | {:.0} ms |",
+        stop.as_secs_f64() * 1e3
+    );
 }
 
 fn main() {

@@ -43,7 +43,11 @@ fn one_start(rt: &tokio::runtime::Runtime, cache: &std::path::Path) -> (f64, u64
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let first = stub.requests().first().expect("a request").received_unix_ns;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss = stderr.lines().find_map(|l| l.strip_prefix("peak_rss ")).and_then(|v| v.trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0);
+    let rss = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss "))
+        .and_then(|v| v.trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0);
     ((first - t0) as f64 / 1e6, rss)
 }
 
@@ -68,7 +72,9 @@ fn startup(rt: &tokio::runtime::Runtime) {
     println!("\n## Start-up: process spawn → first byte of the first provider request\n");
     println!("| cache | runs | median ms | min ms | max ms | median peak RSS MiB |");
     println!("|---|---|---|---|---|---|");
-    for (name, v, r) in [("cold (empty)", &mut cold, &mut cold_rss), ("warm (.cwasm on disk)", &mut warm, &mut warm_rss)] {
+    for (name, v, r) in
+        [("cold (empty)", &mut cold, &mut cold_rss), ("warm (.cwasm on disk)", &mut warm, &mut warm_rss)]
+    {
         let (min, max) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
         println!("| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} |", v.len(), median(v), min, max, median(r) / 1024.0);
     }
@@ -140,7 +146,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("# capsule-runtime benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "# capsule-runtime benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     startup(&rt);
     per_turn(&rt);
 }

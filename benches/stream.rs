@@ -23,7 +23,10 @@ use capsule_actors::{LaunchOptions, Session, door};
 use capsule_protocol::frame::Frame;
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{DriverRequest, Message};
-use capsule_runtime::{ArtifactRole, GatewayRoute, GuestEvents, Grants, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput, ToolStatus, gateway_address};
+use capsule_runtime::{
+    ArtifactRole, GatewayRoute, Grants, GuestEvents, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput,
+    ToolStatus, gateway_address,
+};
 use capsule_stub::{Script, Stub, StubHandle, Turn};
 use futures::StreamExt;
 use ractor::{Actor, ActorRef};
@@ -93,24 +96,37 @@ fn rules_rate(reports: u64, calls: usize) -> (f64, u64) {
 /// with its own task-id and call-id `String`s, as the driver sink sends them), then one
 /// `CompleteAll` call, which returns after every earlier cast was handled. Returns (reports/s,
 /// frames the emitter numbered).
-async fn actor_rate(coalescer: &ActorRef<CoalescerMsg>, emitter: &ActorRef<EmitterMsg>, reports: u64, calls: usize) -> (f64, u64) {
+async fn actor_rate(
+    coalescer: &ActorRef<CoalescerMsg>,
+    emitter: &ActorRef<EmitterMsg>,
+    reports: u64,
+    calls: usize,
+) -> (f64, u64) {
     let ids: Vec<String> = (0..calls).map(|i| format!("toolu_{i:024}")).collect();
     let last = |e: &ActorRef<EmitterMsg>| {
         let e = e.clone();
-        async move { e.call(EmitterMsg::LastId, Some(Duration::from_secs(60))).await.expect("emitter answers").expect("success") }
+        async move {
+            e.call(EmitterMsg::LastId, Some(Duration::from_secs(60))).await.expect("emitter answers").expect("success")
+        }
     };
     coalescer.cast(CoalescerMsg::Reset).expect("cast");
     let before = last(emitter).await;
     let t0 = Instant::now();
     for id in &ids {
-        coalescer.cast(CoalescerMsg::Started { task_id: "tsk_bench".into(), id: id.clone(), name: "files".into() }).expect("cast");
+        coalescer
+            .cast(CoalescerMsg::Started { task_id: "tsk_bench".into(), id: id.clone(), name: "files".into() })
+            .expect("cast");
     }
     for i in 0..reports {
         let id = &ids[(i % calls as u64) as usize];
         let bytes = (i / calls as u64 + 1) * 16;
         coalescer.cast(CoalescerMsg::Progress { task_id: "tsk_bench".into(), id: id.clone(), bytes }).expect("cast");
     }
-    coalescer.call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(300))).await.expect("coalescer answers").expect("success");
+    coalescer
+        .call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(300)))
+        .await
+        .expect("coalescer answers")
+        .expect("success");
     let secs = t0.elapsed().as_secs_f64();
     let frames = last(emitter).await - before;
     (reports as f64 / secs, frames)
@@ -126,22 +142,37 @@ async fn coalescer() {
         rows.push(("`ProgressRules` direct", calls, DIRECT, pct(&rates, 50.0), runs[0].1));
     }
     let emitter_name = "bench-coalescer/emitter".to_string();
-    let (emitter, eh) = Actor::spawn(Some(emitter_name.clone()), Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None }).await.expect("emitter");
-    let (coal, ch) = Actor::spawn(Some("bench-coalescer/coalescer".into()), Coalescer, emitter_name).await.expect("coalescer");
+    let (emitter, eh) = Actor::spawn(
+        Some(emitter_name.clone()),
+        Emitter,
+        EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None },
+    )
+    .await
+    .expect("emitter");
+    let (coal, ch) =
+        Actor::spawn(Some("bench-coalescer/coalescer".into()), Coalescer, emitter_name).await.expect("coalescer");
     for calls in [1usize, 100] {
         let mut runs = Vec::new();
         for _ in 0..3 {
             runs.push(actor_rate(&coal, &emitter, VIA_ACTOR, calls).await);
         }
         let rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
-        rows.push(("`Coalescer` actor: casts + final `CompleteAll` call", calls, VIA_ACTOR, pct(&rates, 50.0), runs[0].1));
+        rows.push((
+            "`Coalescer` actor: casts + final `CompleteAll` call",
+            calls,
+            VIA_ACTOR,
+            pct(&rates, 50.0),
+            runs[0].1,
+        ));
     }
     coal.stop(None);
     emitter.stop(None);
     let _ = ch.await;
     let _ = eh.await;
     println!("\n## Coalescer throughput (median of 3 runs)\n");
-    println!("Direct: `start` per call, then `report(id, bytes, Instant::now())` per report (cumulative sizes rising by 16 bytes, calls in round-robin), then `complete_all`; time over all of it. Actor: the same reports as `Progress` casts to a spawned `Coalescer` (with a spawned `Emitter` behind it), timed from the first cast to the answer of one final `CompleteAll` call (mailbox order: every report was handled). Frames = progress/started frames the rules let through (first report, one per call per 250 ms, the flush).\n");
+    println!(
+        "Direct: `start` per call, then `report(id, bytes, Instant::now())` per report (cumulative sizes rising by 16 bytes, calls in round-robin), then `complete_all`; time over all of it. Actor: the same reports as `Progress` casts to a spawned `Coalescer` (with a spawned `Emitter` behind it), timed from the first cast to the answer of one final `CompleteAll` call (mailbox order: every report was handled). Frames = progress/started frames the rules let through (first report, one per call per 250 ms, the flush).\n"
+    );
     println!("| path | calls being written | reports | reports/s (M) | frames written |");
     println!("|---|---|---|---|---|");
     for (path, calls, n, rate, frames) in rows {
@@ -170,14 +201,23 @@ impl Served {
             stub.url()
         );
         std::fs::write(dir.path().join("murmur.yaml"), yaml).expect("manifest");
-        let opts = LaunchOptions { manifest: dir.path().into(), workdir: work.path().into(), host: host.clone(), env: HashMap::new(), endpoint_override: None, host_config: None, machine: None };
+        let opts = LaunchOptions {
+            manifest: dir.path().into(),
+            workdir: work.path().into(),
+            host: host.clone(),
+            env: HashMap::new(),
+            endpoint_override: None,
+            host_config: None,
+            machine: None,
+        };
         let session = Arc::new(Session::launch(opts).await.expect("launch"));
         let door = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
         Served { session, door, _dir: dir, _work: work }
     }
 
     fn emitter(&self) -> ActorRef<EmitterMsg> {
-        names::lookup::<EmitterMsg>(&names::name(&self.session.session_id, role::EMITTER)).expect("the session's emitter")
+        names::lookup::<EmitterMsg>(&names::name(&self.session.session_id, role::EMITTER))
+            .expect("the session's emitter")
     }
 
     async fn stop(self) {
@@ -271,9 +311,15 @@ async fn fanout(host: &Host) -> Vec<FanoutRow> {
         tasks.push(
             watch(&client, &served.door.url(), move |event, data, _| {
                 match event {
-                    "text" if data.contains(r#""text":"w"#) => { r2.window.fetch_add(1, Ordering::Relaxed); }
-                    "text" if data.contains(r#""text":"b"#) => { r2.burst.fetch_add(1, Ordering::Relaxed); }
-                    "text" if data.contains(r#""text":"END""#) => { r2.sentinels.fetch_add(1, Ordering::Relaxed); }
+                    "text" if data.contains(r#""text":"w"#) => {
+                        r2.window.fetch_add(1, Ordering::Relaxed);
+                    }
+                    "text" if data.contains(r#""text":"b"#) => {
+                        r2.burst.fetch_add(1, Ordering::Relaxed);
+                    }
+                    "text" if data.contains(r#""text":"END""#) => {
+                        r2.sentinels.fetch_add(1, Ordering::Relaxed);
+                    }
                     "lagged" => {
                         let v: serde_json::Value = serde_json::from_str(data).expect("lagged data");
                         r2.missed.fetch_add(v["missed"].as_u64().expect("missed"), Ordering::Relaxed);
@@ -315,7 +361,14 @@ async fn fanout(host: &Host) -> Vec<FanoutRow> {
     }
     let secs = t0.elapsed().as_secs_f64();
     let delivered = sum(|r| r.window.load(Ordering::Relaxed));
-    rows.push(FanoutRow { mode: "lossless (window of 100 frames)", emitted: FANOUT_FRAMES, delivered, lost: FANOUT_FRAMES * WATCHERS as u64 - delivered, lagged_missed: sum(|r| r.missed.load(Ordering::Relaxed)), secs });
+    rows.push(FanoutRow {
+        mode: "lossless (window of 100 frames)",
+        emitted: FANOUT_FRAMES,
+        delivered,
+        lost: FANOUT_FRAMES * WATCHERS as u64 - delivered,
+        lagged_missed: sum(|r| r.missed.load(Ordering::Relaxed)),
+        secs,
+    });
 
     // Burst: emit as fast as the emitter takes casts, then a sentinel every millisecond until
     // every reader has one (a reader that lagged is told so before its next delivered frame).
@@ -356,7 +409,8 @@ fn latency_pieces() -> Vec<String> {
 
 fn latency_stub() -> StubHandle {
     let text: String = latency_pieces().concat();
-    let mut script = Script::new(vec![Turn { text: Some(text), event_interval_ms: Some(LATENCY_INTERVAL_MS), ..Turn::default() }]);
+    let mut script =
+        Script::new(vec![Turn { text: Some(text), event_interval_ms: Some(LATENCY_INTERVAL_MS), ..Turn::default() }]);
     script.chunk_chars = 8;
     Stub::start(script).expect("stub")
 }
@@ -409,7 +463,10 @@ async fn latency_full(host: &Host, watchers: usize) -> LatencyRow {
     let outcome = served.session.submit("go").await.expect("the loop answers");
     assert_eq!(outcome.exit_status, capsule_protocol::trace::ExitStatus::Ok, "{}", outcome.message);
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t).await.expect("readers end at the final status").expect("reader");
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("readers end at the final status")
+            .expect("reader");
     }
     let sent = delta_sent(&stub);
     let pieces = latency_pieces();
@@ -443,13 +500,20 @@ impl GuestEvents for ChunkTimes {
 /// First half: stub → the driver's `emit-chunk`, the driver called directly (no actors).
 async fn latency_driver(host: &Host) -> LatencyRow {
     let stub = latency_stub();
-    let artifact = LoadedArtifact::load_file(host, "anthropic", &repo().join("components/dist/driver-anthropic.wasm")).expect("driver");
+    let artifact = LoadedArtifact::load_file(host, "anthropic", &repo().join("components/dist/driver-anthropic.wasm"))
+        .expect("driver");
     let grants = Grants {
         role: ArtifactRole::Driver,
-        env: vec![("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()), ("MURMUR_INFERENCE_MODEL".into(), "claude-bench".into())],
+        env: vec![
+            ("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()),
+            ("MURMUR_INFERENCE_MODEL".into(), "claude-bench".into()),
+        ],
         preopen: None,
         limits: Limits { deadline_seconds: 60, ..Limits::default() },
-        policy: OutgoingPolicy { allow: Vec::new(), gateway: Some(GatewayRoute { endpoint: stub.url().parse().expect("url"), fixed: None, key: None }) },
+        policy: OutgoingPolicy {
+            allow: Vec::new(),
+            gateway: Some(GatewayRoute { endpoint: stub.url().parse().expect("url"), fixed: None, key: None }),
+        },
     };
     let request = DriverRequest {
         model: "claude-bench".into(),
@@ -462,7 +526,14 @@ async fn latency_driver(host: &Host) -> LatencyRow {
         prompt_cache_key: "bench:0.1.0".into(),
     };
     let times = Arc::new(ChunkTimes::default());
-    let o = artifact.call(host, &grants, times.clone(), ToolInput { data: Some(serde_json::to_string(&request).expect("json")), log_path: None }).await;
+    let o = artifact
+        .call(
+            host,
+            &grants,
+            times.clone(),
+            ToolInput { data: Some(serde_json::to_string(&request).expect("json")), log_path: None },
+        )
+        .await;
     assert_eq!(o.result.expect("result").status, ToolStatus::Passed);
     let sent = delta_sent(&stub);
     let pieces = latency_pieces();
@@ -523,7 +594,11 @@ async fn latency_emitter(host: &Host, watchers: usize) -> LatencyRow {
         ms.extend_from_slice(&log);
     }
     served.stop().await;
-    LatencyRow { path: "emitter cast (`EmitterMsg::Emit`, as the driver sink's `chunk`) → client reads the frame", watchers, ms }
+    LatencyRow {
+        path: "emitter cast (`EmitterMsg::Emit`, as the driver sink's `chunk`) → client reads the frame",
+        watchers,
+        ms,
+    }
 }
 
 fn main() {
@@ -531,7 +606,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("# Stream and coalescer benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "# Stream and coalescer benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     rt.block_on(async {
         coalescer().await;
 

@@ -65,20 +65,30 @@ fn config_path(explicit: Option<&PathBuf>) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("CAPSULE_CONFIG") {
         return Some(PathBuf::from(p));
     }
-    let home = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
     Some(home.join("capsule-runtime/host.yaml")).filter(|p| p.exists())
 }
 
 /// Read the host config; a missing default file is an empty config, a named one must exist.
 pub fn load_host_config(explicit: Option<&PathBuf>) -> Result<(HostConfig, Option<PathBuf>), String> {
     let Some(path) = config_path(explicit) else { return Ok((HostConfig::default(), None)) };
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("E-MAN-001 at {}: cannot read the host config: {e} (fix: pass an existing file to --config)", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "E-MAN-001 at {}: cannot read the host config: {e} (fix: pass an existing file to --config)",
+            path.display()
+        )
+    })?;
     let config = capsule_protocol::host_config::parse(&text, &path.display().to_string()).map_err(|d| d.to_string())?;
     Ok((config, Some(path)))
 }
 
 fn default_ledger_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))).unwrap_or_else(|| PathBuf::from("."));
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("."));
     base.join("capsule-runtime/spend")
 }
 
@@ -86,14 +96,20 @@ fn default_ledger_dir() -> PathBuf {
 pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRef<MachineMsg>>, String> {
     let Some(ceiling) = config.spend.machine_tokens_per_day else { return Ok(None) };
     let dir = config.spend.ledger_dir.as_ref().map(PathBuf::from).unwrap_or_else(default_ledger_dir);
-    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling))).await.map_err(|e| format!("E-RUN-050: the host spend meter could not start with ledger {}: {e}", dir.display()))?;
+    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling)))
+        .await
+        .map_err(|e| format!("E-RUN-050: the host spend meter could not start with ledger {}: {e}", dir.display()))?;
     Ok(Some(meter))
 }
 
 /// The manifest a session's `session_start` recorded.
 fn recorded_manifest(dir: &std::path::Path) -> Option<PathBuf> {
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).ok()?;
-    trace.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|e| e["event_type"] == "session_start").and_then(|e| e["manifest"].as_str().map(PathBuf::from))
+    trace
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event_type"] == "session_start")
+        .and_then(|e| e["manifest"].as_str().map(PathBuf::from))
 }
 
 /// The full cause chain of an error, one cause per `: `.
@@ -115,12 +131,15 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("CAPSULE_CACHE_DIR") {
         return Some(PathBuf::from(d));
     }
-    let base = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(base.join("capsule-runtime"))
 }
 
 fn capsule_name(path: &std::path::Path) -> String {
-    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
+    let dir =
+        if path.is_dir() { path.to_path_buf() } else { path.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capsule".into())
 }
@@ -165,13 +184,21 @@ pub(crate) async fn stop_signal() {
 
 /// Launch, serve the door, run the launch task (if any) or wait for door tasks, then exit as
 /// `lifecycle.after_task` says.
-pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<EndpointOverride>, env: std::collections::HashMap<String, String>) -> ExitCode {
+pub async fn run_with(
+    host: Host,
+    args: RunArgs,
+    endpoint_override: Option<EndpointOverride>,
+    env: std::collections::HashMap<String, String>,
+) -> ExitCode {
     let capsule = match (&args.capsule, &args.resume) {
         (Some(c), _) => c.clone(),
         (None, Some(dir)) => match recorded_manifest(dir) {
             Some(m) => m,
             None => {
-                eprintln!("error: E-RUN-060 at {}: the session's trace names no manifest (fix: pass the capsule folder before --resume)", dir.display());
+                eprintln!(
+                    "error: E-RUN-060 at {}: the session's trace names no manifest (fix: pass the capsule folder before --resume)",
+                    dir.display()
+                );
                 return ExitCode::from(2);
             }
         },
@@ -188,7 +215,15 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
             return ExitCode::from(2);
         }
     };
-    let opts = LaunchOptions { manifest: capsule.clone(), workdir: workdir.clone(), host, env, endpoint_override, machine, host_config };
+    let opts = LaunchOptions {
+        manifest: capsule.clone(),
+        workdir: workdir.clone(),
+        host,
+        env,
+        endpoint_override,
+        machine,
+        host_config,
+    };
     let launched = match &args.resume {
         Some(dir) => Session::resume(opts, dir).await,
         None => Session::launch(opts).await,
@@ -200,7 +235,8 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
             return ExitCode::from(2);
         }
     };
-    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, args.port)).await {
+    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, args.port)).await
+    {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {}", chain(&e));
@@ -213,7 +249,10 @@ pub async fn run_with(host: Host, args: RunArgs, endpoint_override: Option<Endpo
     }
     let style = if args.json { Style::Json } else { Style::Human };
     if args.json {
-        println!("{}", serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())}));
+        println!(
+            "{}",
+            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())})
+        );
     } else {
         eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());
     }

@@ -61,14 +61,23 @@ struct Target {
 impl Target {
     fn resolve(&self) -> Result<(String, String), String> {
         let (url, token_file) = if self.target.starts_with("http://") || self.target.starts_with("https://") {
-            let file = self.token_file.clone().ok_or("with a URL, pass --token-file (the ready line names it as control_token_file)")?;
+            let file = self
+                .token_file
+                .clone()
+                .ok_or("with a URL, pass --token-file (the ready line names it as control_token_file)")?;
             (self.target.trim_end_matches('/').to_string(), file)
         } else {
             let dir = PathBuf::from(&self.target);
-            let url = std::fs::read_to_string(dir.join("door.url")).map_err(|e| format!("{} has no door.url ({e}); is it a session folder of a running capsule?", dir.display()))?;
-            (url.trim().trim_end_matches('/').to_string(), self.token_file.clone().unwrap_or_else(|| dir.join("control.token")))
+            let url = std::fs::read_to_string(dir.join("door.url")).map_err(|e| {
+                format!("{} has no door.url ({e}); is it a session folder of a running capsule?", dir.display())
+            })?;
+            (
+                url.trim().trim_end_matches('/').to_string(),
+                self.token_file.clone().unwrap_or_else(|| dir.join("control.token")),
+            )
         };
-        let token = std::fs::read_to_string(&token_file).map_err(|e| format!("cannot read the control token {}: {e}", token_file.display()))?;
+        let token = std::fs::read_to_string(&token_file)
+            .map_err(|e| format!("cannot read the control token {}: {e}", token_file.display()))?;
         Ok((url, token.trim().to_string()))
     }
 }
@@ -97,8 +106,12 @@ async fn run(args: ControlArgs) -> Result<String, (u8, String)> {
         }
         Action::Set { target, name, value } => {
             let (url, token) = target.resolve().map_err(usage)?;
-            let v: serde_json::Value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.clone()));
-            client.put(format!("{url}/control/settings/{name}")).bearer_auth(token).json(&serde_json::json!({"value": v}))
+            let v: serde_json::Value =
+                serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.clone()));
+            client
+                .put(format!("{url}/control/settings/{name}"))
+                .bearer_auth(token)
+                .json(&serde_json::json!({"value": v}))
         }
         Action::Secret { target, name, value } => {
             let (url, token) = target.resolve().map_err(usage)?;
@@ -106,11 +119,17 @@ async fn run(args: ControlArgs) -> Result<String, (u8, String)> {
                 Some(v) => v.clone(),
                 None => {
                     let mut s = String::new();
-                    std::io::stdin().read_to_string(&mut s).map_err(|e| usage(format!("cannot read the secret from stdin: {e}")))?;
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .map_err(|e| usage(format!("cannot read the secret from stdin: {e}")))?;
                     s.trim_end_matches(['\n', '\r']).to_string()
                 }
             };
-            client.put(format!("{url}/control/secrets/{name}")).bearer_auth(token).header("content-type", "text/plain").body(v)
+            client
+                .put(format!("{url}/control/secrets/{name}"))
+                .bearer_auth(token)
+                .header("content-type", "text/plain")
+                .body(v)
         }
         Action::Forget { target, name } => {
             let (url, token) = target.resolve().map_err(usage)?;
@@ -123,7 +142,10 @@ async fn run(args: ControlArgs) -> Result<String, (u8, String)> {
     if status.is_success() {
         Ok(body)
     } else {
-        let error = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["error"].as_str().map(str::to_string)).unwrap_or(body);
+        let error = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or(body);
         Err((1, format!("{} {error}", status.as_u16())))
     }
 }

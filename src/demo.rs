@@ -74,7 +74,19 @@ pub async fn demo(args: DemoArgs) -> ExitCode {
     };
     let mut env: std::collections::HashMap<String, String> = std::env::vars().collect();
     env.insert(key_var.into(), "stub-key-not-a-secret".into());
-    let run = RunArgs { capsule: Some(dir), resume: None, task: Some(args.task), json: args.json, workdir: args.workdir, cache_dir: None, endpoint: None, keyless: false, port: 0, bind: std::net::Ipv4Addr::LOCALHOST.into(), config: None };
+    let run = RunArgs {
+        capsule: Some(dir),
+        resume: None,
+        task: Some(args.task),
+        json: args.json,
+        workdir: args.workdir,
+        cache_dir: None,
+        endpoint: None,
+        keyless: false,
+        port: 0,
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
+        config: None,
+    };
     let code = run_with(host, run, Some(EndpointOverride { endpoint: stub.url(), keyless: false }), env).await;
     stub.shutdown();
     code

@@ -36,8 +36,17 @@ pub struct HostArgs {
 /// The plan for a folder (its capsule subfolders) or a host file.
 fn plan(target: &Path) -> Result<HostPlan, String> {
     if target.is_dir() {
-        let entries = std::fs::read_dir(target).map_err(|e| format!("E-MAN-001 at {}: cannot list the folder: {e} (fix: pass a readable folder of capsule folders)", target.display()))?;
-        let folders: Vec<String> = entries.flatten().filter(|e| e.path().join("murmur.yaml").is_file()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let entries = std::fs::read_dir(target).map_err(|e| {
+            format!(
+                "E-MAN-001 at {}: cannot list the folder: {e} (fix: pass a readable folder of capsule folders)",
+                target.display()
+            )
+        })?;
+        let folders: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.path().join("murmur.yaml").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         return host_file::plan_folders(target, &folders).map_err(|d| d.to_string());
     }
     let origin = target.display().to_string();
@@ -51,7 +60,13 @@ async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, Str
     let (config, path) = load_host_config(config.or(plan.config.as_ref()))?;
     let machine = machine_meter(&config).await?;
     let host = Host::new(HostOptions { cache_dir: default_cache_dir() }).map_err(|e| chain(&e))?;
-    Ok(Shared { host, env: std::env::vars().collect(), host_config: path.map(|p| (config, p)), machine, bind: plan.bind })
+    Ok(Shared {
+        host,
+        env: std::env::vars().collect(),
+        host_config: path.map(|p| (config, p)),
+        machine,
+        bind: plan.bind,
+    })
 }
 
 fn print_ready(json: bool, url: &str, entries: &[CapsuleEntry]) {

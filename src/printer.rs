@@ -38,7 +38,7 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
             }
         }
         Frame::Thinking { text, .. } => {
-            let _ = write!(out, "{}", dim(&text));
+            let _ = write!(out, "{}", dim(text));
         }
         Frame::ToolCallStarted { tool_name, tool_call_id, .. } => {
             let _ = writeln!(out, "\n→ {tool_name} ({tool_call_id})");
@@ -56,7 +56,12 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
             }
             TaskState::Completed => {}
             other => {
-                let _ = writeln!(out, "{}: {}", serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(), status.message);
+                let _ = writeln!(
+                    out,
+                    "{}: {}",
+                    serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                    status.message
+                );
             }
         },
         _ => {}
@@ -74,10 +79,10 @@ pub async fn start(session: &Session, style: Style) -> mpsc::UnboundedReceiver<(
     tokio::spawn(async move {
         while let Some(f) = frames.recv().await {
             print_frame(&f, style);
-            if let Frame::Status { id, status, is_final: true, .. } = &f.frame {
-                if tx.send((id.clone(), status.state)).is_err() {
-                    break;
-                }
+            if let Frame::Status { id, status, is_final: true, .. } = &f.frame
+                && tx.send((id.clone(), status.state)).is_err()
+            {
+                break;
             }
         }
     });

@@ -74,7 +74,11 @@ impl SseParser {
     fn line_done(&mut self, line: &[u8]) -> Option<SseEvent> {
         if line.is_empty() {
             let f = self.current.take()?;
-            return Some(SseEvent { id: f.id, event: f.event.unwrap_or_else(|| "message".to_string()), data: f.data.unwrap_or_default() });
+            return Some(SseEvent {
+                id: f.id,
+                event: f.event.unwrap_or_else(|| "message".to_string()),
+                data: f.data.unwrap_or_default(),
+            });
         }
         if line[0] == b':' {
             return None;

@@ -94,7 +94,9 @@ impl Seen {
     fn step(&mut self, ev: SseEvent) -> Result<Step, String> {
         let id = match &ev.id {
             None => None,
-            Some(raw) => Some(raw.trim().parse::<u64>().map_err(|_| format!("the stream sent id `{raw}`, which is not a frame id; is this a capsule's door?"))?),
+            Some(raw) => Some(raw.trim().parse::<u64>().map_err(|_| {
+                format!("the stream sent id `{raw}`, which is not a frame id; is this a capsule's door?")
+            })?),
         };
         let data = serde_json::from_str(&ev.data).unwrap_or(Value::String(ev.data));
         let shown = Shown { id, event: ev.event, data };
@@ -112,7 +114,14 @@ impl Seen {
                 Step::Print(shown)
             }
             "capsule-closed" => Step::Closed(shown),
-            "error" => Step::Refused(shown.data.get("error").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| shown.data.to_string())),
+            "error" => Step::Refused(
+                shown
+                    .data
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| shown.data.to_string()),
+            ),
             _ => Step::Print(shown),
         })
     }
@@ -142,9 +151,13 @@ fn print(shown: &Shown, json_mode: bool) {
     };
     let frame: Option<Frame> = serde_json::from_value(json!({"event": shown.event, "data": shown.data})).ok();
     match frame {
-        Some(Frame::ConnectionAck { role, conversation_mode }) => eprintln!("watching as {role} (conversation mode {conversation_mode})"),
+        Some(Frame::ConnectionAck { role, conversation_mode }) => {
+            eprintln!("watching as {role} (conversation mode {conversation_mode})")
+        }
         Some(Frame::CapsuleClosed {}) => eprintln!("capsule closed"),
-        Some(Frame::Gap { first_available_id }) => dim(format!("[frames before {first_available_id} are no longer kept; the replay starts there]")),
+        Some(Frame::Gap { first_available_id }) => {
+            dim(format!("[frames before {first_available_id} are no longer kept; the replay starts there]"))
+        }
         Some(Frame::Lagged { missed }) => dim(format!("[{missed} frames lost: this watcher fell behind]")),
         Some(frame) => printer::print_frame(&NumberedFrame { id: shown.id, frame }, Style::Human),
         None => dim(format!("[{}] {}", shown.event, shown.data)),
@@ -160,7 +173,11 @@ fn backoff(attempt: u32) -> Duration {
 /// One connection: subscribe, print until it ends. Returns how it ended and whether it printed
 /// a new frame.
 async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut Seen, json_mode: bool) -> (Ended, bool) {
-    let mut req = client.post(url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json").header(reqwest::header::ACCEPT, "text/event-stream").body(WATCH_REQUEST);
+    let mut req = client
+        .post(url.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .body(WATCH_REQUEST);
     if let Some(last) = seen.last_id {
         req = req.header("Last-Event-ID", last.to_string());
     }
@@ -169,23 +186,38 @@ async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut S
         Err(e) => return (Ended::Dropped(format!("cannot reach {url}: {}", chain(&e))), false),
     };
     let status = resp.status();
-    let content_type = resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let content_type =
+        resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     if !status.is_success() || !content_type.starts_with("text/event-stream") {
         let body = resp.text().await.unwrap_or_default();
         let body: String = body.chars().take(300).collect();
         if status.is_server_error() {
             return (Ended::Dropped(format!("the door answered {status}: {body}")), false);
         }
-        return (Ended::Fatal(format!("{url} answered {status} with `{content_type}`, not an event stream: {body}; is it a capsule's door (the URL `capsule run` prints)?")), false);
+        return (
+            Ended::Fatal(format!(
+                "{url} answered {status} with `{content_type}`, not an event stream: {body}; is it a capsule's door (the URL `capsule run` prints)?"
+            )),
+            false,
+        );
     }
     let mut parser = SseParser::new();
     let mut printed = false;
     loop {
         let chunk = match tokio::time::timeout(IDLE_LIMIT, resp.chunk()).await {
-            Err(_) => return (Ended::Dropped(format!("nothing arrived for {} s, not even a heartbeat", IDLE_LIMIT.as_secs())), printed),
+            Err(_) => {
+                return (
+                    Ended::Dropped(format!("nothing arrived for {} s, not even a heartbeat", IDLE_LIMIT.as_secs())),
+                    printed,
+                );
+            }
             Ok(Err(e)) => return (Ended::Dropped(format!("the connection broke: {}", chain(&e))), printed),
             Ok(Ok(None)) => {
-                let why = if parser.has_partial() { "the stream ended in the middle of a frame" } else { "the stream ended without capsule-closed" };
+                let why = if parser.has_partial() {
+                    "the stream ended in the middle of a frame"
+                } else {
+                    "the stream ended without capsule-closed"
+                };
                 return (Ended::Dropped(why.to_string()), printed);
             }
             Ok(Ok(Some(bytes))) => bytes,
@@ -202,7 +234,9 @@ async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut S
                     print(&shown, json_mode);
                     return (Ended::Closed, printed);
                 }
-                Ok(Step::Refused(why)) => return (Ended::Dropped(format!("the door refused the watch: {why}")), printed),
+                Ok(Step::Refused(why)) => {
+                    return (Ended::Dropped(format!("the door refused the watch: {why}")), printed);
+                }
             }
         }
     }
@@ -259,11 +293,16 @@ pub async fn watch(args: WatchArgs) -> ExitCode {
                 Some(id) => format!("; `capsule watch {url} --last-event-id {id}` resumes after it"),
                 None => String::new(),
             };
-            eprintln!("error: gave up watching {url} after {MAX_RETRIES} reconnect attempts in a row; last failure: {why}. Last frame printed: {resume}{how}");
+            eprintln!(
+                "error: gave up watching {url} after {MAX_RETRIES} reconnect attempts in a row; last failure: {why}. Last frame printed: {resume}{how}"
+            );
             return ExitCode::from(1);
         }
         let wait = backoff(failures);
-        eprintln!("watch: {why}; reconnecting in {} ms (attempt {failures} of {MAX_RETRIES}; last frame printed: {resume})", wait.as_millis());
+        eprintln!(
+            "watch: {why}; reconnecting in {} ms (attempt {failures} of {MAX_RETRIES}; last frame printed: {resume})",
+            wait.as_millis()
+        );
         tokio::time::sleep(wait).await;
     }
 }
@@ -303,7 +342,10 @@ mod tests {
         assert!(matches!(seen.step(ev(None, "gap", r#"{"first_available_id":9}"#)), Ok(Step::Print(_))));
         assert!(matches!(seen.step(ev(None, "lagged", r#"{"missed":3}"#)), Ok(Step::Print(_))));
         assert!(matches!(seen.step(ev(None, "capsule-closed", "{}")), Ok(Step::Closed(_))));
-        assert_eq!(seen.step(ev(None, "error", r#"{"error":"the stream emitter is not running"}"#)), Ok(Step::Refused("the stream emitter is not running".into())));
+        assert_eq!(
+            seen.step(ev(None, "error", r#"{"error":"the stream emitter is not running"}"#)),
+            Ok(Step::Refused("the stream emitter is not running".into()))
+        );
     }
 
     #[test]

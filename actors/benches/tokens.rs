@@ -31,8 +31,43 @@ impl Rng {
 
     fn text(&mut self, words: usize) -> String {
         const W: &[&str] = &[
-            "the", "agent", "reads", "the", "file", "src/main.rs", "and", "then", "fn", "main()", "{", "}", "let", "x", "=", "42;", "token", "budget", "is", "spent", "when", "a", "call", "ends.", "\n", "    ", "println!(\"{x}\");", "// comment",
-            "naïve", "日本語", "ceiling", "UTC", "it's", "Error:", "404", "0x7f3a", "{\"k\": [1, 2]}",
+            "the",
+            "agent",
+            "reads",
+            "the",
+            "file",
+            "src/main.rs",
+            "and",
+            "then",
+            "fn",
+            "main()",
+            "{",
+            "}",
+            "let",
+            "x",
+            "=",
+            "42;",
+            "token",
+            "budget",
+            "is",
+            "spent",
+            "when",
+            "a",
+            "call",
+            "ends.",
+            "\n",
+            "    ",
+            "println!(\"{x}\");",
+            "// comment",
+            "naïve",
+            "日本語",
+            "ceiling",
+            "UTC",
+            "it's",
+            "Error:",
+            "404",
+            "0x7f3a",
+            "{\"k\": [1, 2]}",
         ];
         (0..words).map(|_| W[(self.next() % W.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
     }
@@ -42,7 +77,14 @@ impl Rng {
 fn turn(rng: &mut Rng, n: usize) -> Vec<Message> {
     let call = Message {
         role: Role::Assistant,
-        content: vec![Block::Text { text: rng.text(40) }, Block::ToolCall { id: format!("call_{n}"), name: "read_file".into(), input: json!({"path": "src/lib.rs", "line": n}) }],
+        content: vec![
+            Block::Text { text: rng.text(40) },
+            Block::ToolCall {
+                id: format!("call_{n}"),
+                name: "read_file".into(),
+                input: json!({"path": "src/lib.rs", "line": n}),
+            },
+        ],
         tool_call_id: None,
         is_error: None,
         produced_by: None,
@@ -85,7 +127,18 @@ fn time<F: FnMut()>(reps: usize, mut f: F) -> f64 {
 
 fn encoders() {
     println!("## 1. cl100k encoders\n");
-    let rss = || std::fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok())).unwrap_or(0.0) / 1024.0;
+    let rss = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+            / 1024.0
+    };
     let r0 = rss();
     let t = Instant::now();
     let bpe = bpe_openai::cl100k_base();
@@ -102,16 +155,46 @@ fn encoders() {
     let (nb, nt) = (bpe.count(big.as_str()), tik.encode_ordinary(&big).len());
     assert_eq!(nb, nt, "the encoders disagree");
     assert_eq!(bpe.count(small.as_str()), tik.encode_ordinary(&small).len());
-    let big_bpe = time(15, || { let _ = black_box(bpe.count(black_box(big.as_str()))); });
-    let big_tik = time(15, || { let _ = black_box(tik.encode_ordinary(black_box(&big)).len()); });
-    let small_bpe = time(301, || { let _ = black_box(bpe.count(black_box(small.as_str()))); });
-    let small_tik = time(301, || { let _ = black_box(tik.encode_ordinary(black_box(&small)).len()); });
+    let big_bpe = time(15, || {
+        let _ = black_box(bpe.count(black_box(big.as_str())));
+    });
+    let big_tik = time(15, || {
+        let _ = black_box(tik.encode_ordinary(black_box(&big)).len());
+    });
+    let small_bpe = time(301, || {
+        let _ = black_box(bpe.count(black_box(small.as_str())));
+    });
+    let small_tik = time(301, || {
+        let _ = black_box(tik.encode_ordinary(black_box(&small)).len());
+    });
     let mbs = |ns: f64| big.len() as f64 / ns * 1e3;
-    println!("| encoder | build (first use) | RSS added MiB | {} KB payload ({nb} tokens) | MB/s | one turn, {} B | ", big.len() / 1024, small.len());
+    println!(
+        "| encoder | build (first use) | RSS added MiB | {} KB payload ({nb} tokens) | MB/s | one turn, {} B | ",
+        big.len() / 1024,
+        small.len()
+    );
     println!("|---|---|---|---|---|---|");
-    println!("| bpe-openai 0.3 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |", bpe_build.as_secs_f64() * 1e3, r1 - r0, big_bpe / 1e6, mbs(big_bpe), small_bpe / 1e3);
-    println!("| tiktoken-rs 0.12 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |", tik_build.as_secs_f64() * 1e3, r2 - r1, big_tik / 1e6, mbs(big_tik), small_tik / 1e3);
-    println!("\nbpe-openai is {:.1}× faster on the payload, {:.1}× on one turn; counts equal.\n", big_tik / big_bpe, small_tik / small_bpe);
+    println!(
+        "| bpe-openai 0.3 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |",
+        bpe_build.as_secs_f64() * 1e3,
+        r1 - r0,
+        big_bpe / 1e6,
+        mbs(big_bpe),
+        small_bpe / 1e3
+    );
+    println!(
+        "| tiktoken-rs 0.12 | {:.1} ms | {:.1} | {:.2} ms | {:.1} | {:.1} µs |",
+        tik_build.as_secs_f64() * 1e3,
+        r2 - r1,
+        big_tik / 1e6,
+        mbs(big_tik),
+        small_tik / 1e3
+    );
+    println!(
+        "\nbpe-openai is {:.1}× faster on the payload, {:.1}× on one turn; counts equal.\n",
+        big_tik / big_bpe,
+        small_tik / small_bpe
+    );
 }
 
 fn per_turn() {
@@ -145,21 +228,45 @@ fn per_turn() {
             samples.push(t.elapsed().as_nanos());
         }
         let inc = median_ns(samples);
-        let whole = time(31, || { let _ = black_box(tokens::count_json(black_box(&req))); });
+        let whole = time(31, || {
+            let _ = black_box(tokens::count_json(black_box(&req)));
+        });
         if at == 1 {
             first = inc;
         }
-        println!("| {at} | {:.1} µs ({:.2}× turn 1) | {:.1} µs | {estimate} | {} |", inc / 1e3, inc / first, whole / 1e3, tokens::count_json(&req));
+        println!(
+            "| {at} | {:.1} µs ({:.2}× turn 1) | {:.1} µs | {estimate} | {} |",
+            inc / 1e3,
+            inc / first,
+            whole / 1e3,
+            tokens::count_json(&req)
+        );
     }
     println!();
 }
 
 async fn round_trips(machine: bool, n: usize) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let host = if machine { Some(Actor::spawn(None, MachineMeter, MachineArgs::new(dir.path(), Some(u64::MAX / 4))).await.expect("machine").0) } else { None };
-    let (m, _) = Actor::spawn(None, SpendMeter, SpendArgs::new("ses_bench", Some(u64::MAX / 4), host.clone())).await.expect("meter");
+    let host = if machine {
+        Some(
+            Actor::spawn(None, MachineMeter, MachineArgs::new(dir.path(), Some(u64::MAX / 4)))
+                .await
+                .expect("machine")
+                .0,
+        )
+    } else {
+        None
+    };
+    let (m, _) = Actor::spawn(None, SpendMeter, SpendArgs::new("ses_bench", Some(u64::MAX / 4), host.clone()))
+        .await
+        .expect("meter");
     let once = |m: ActorRef<SpendMsg>| async move {
-        let r = m.call(|reply| SpendMsg::Admit { estimated_input: 1200, max_output: 4096, reply }, None).await.expect("admit").expect("answer").expect("admitted");
+        let r = m
+            .call(|reply| SpendMsg::Admit { estimated_input: 1200, max_output: 4096, reply }, None)
+            .await
+            .expect("admit")
+            .expect("answer")
+            .expect("admitted");
         m.cast(SpendMsg::Settle { reservation: r.id, input: 1200, output: 300, actual: None }).expect("settle");
     };
     for _ in 0..200 {

@@ -17,7 +17,10 @@ pub fn switch_tool(choices: &[DriverChoice]) -> capsule_protocol::neutral::ToolS
     let names: Vec<&str> = choices.iter().map(|c| c.name.as_str()).collect();
     capsule_protocol::neutral::ToolSpec {
         name: SWITCH_TOOL.into(),
-        description: Some(format!("Switch the model/driver you run on, from your next turn. Choices: {}.", names.join(", "))),
+        description: Some(format!(
+            "Switch the model/driver you run on, from your next turn. Choices: {}.",
+            names.join(", ")
+        )),
         parameters: serde_json::json!({"type": "object", "properties": {"driver": {"type": "string", "enum": names}}, "required": ["driver"]}),
     }
 }

@@ -154,11 +154,20 @@ impl Actor for Coalescer {
     type State = CoalescerState;
     type Arguments = String;
 
-    async fn pre_start(&self, _myself: ActorRef<CoalescerMsg>, emitter: String) -> Result<CoalescerState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<CoalescerMsg>,
+        emitter: String,
+    ) -> Result<CoalescerState, ActorProcessingErr> {
         Ok(CoalescerState { rules: ProgressRules::default(), emitter })
     }
 
-    async fn handle(&self, _myself: ActorRef<CoalescerMsg>, msg: CoalescerMsg, state: &mut CoalescerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<CoalescerMsg>,
+        msg: CoalescerMsg,
+        state: &mut CoalescerState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             CoalescerMsg::Started { task_id, id, name } => {
                 if state.rules.start(&task_id, &id) {
@@ -207,7 +216,10 @@ mod tests {
         let doc = include_str!("../../docs/protocol.md");
         let ms = PROGRESS_INTERVAL.as_millis();
         assert!(doc.contains(&format!("per call per **{ms} ms**")), "docs/protocol.md must state the {ms} ms interval");
-        assert!(doc.contains(&format!("only when {ms} ms have passed")), "docs/protocol.md must state the {ms} ms rule");
+        assert!(
+            doc.contains(&format!("only when {ms} ms have passed")),
+            "docs/protocol.md must state the {ms} ms rule"
+        );
     }
 
     #[tokio::test(start_paused = true)]

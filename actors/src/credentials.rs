@@ -57,7 +57,11 @@ pub struct DriverCredential {
 
 impl std::fmt::Debug for DriverCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DriverCredential").field("endpoint", &self.endpoint).field("source", &self.source()).field("name", &self.name()).finish_non_exhaustive()
+        f.debug_struct("DriverCredential")
+            .field("endpoint", &self.endpoint)
+            .field("source", &self.source())
+            .field("name", &self.name())
+            .finish_non_exhaustive()
     }
 }
 
@@ -75,15 +79,22 @@ impl DriverCredential {
     /// Resolve a gateway's credential. A `${NAME}` resolves to an injected secret when `NAME`
     /// is a declared `control.secrets` entry, else the host config, else the environment;
     /// nowhere gives a credential that is unresolved (the caller refuses or stages it).
-    pub fn resolve(g: &Gateway, upstream_auth: Option<UpstreamAuth>, src: &Sources<'_>) -> Result<DriverCredential, String> {
-        let endpoint: http::Uri = g.endpoint.parse().map_err(|_| format!("endpoint `{}` is not a valid URL", g.endpoint))?;
+    pub fn resolve(
+        g: &Gateway,
+        upstream_auth: Option<UpstreamAuth>,
+        src: &Sources<'_>,
+    ) -> Result<DriverCredential, String> {
+        let endpoint: http::Uri =
+            g.endpoint.parse().map_err(|_| format!("endpoint `{}` is not a valid URL", g.endpoint))?;
         let key = match (&g.api_key, g.keyless) {
             (_, true) | (None, _) => Key::Keyless,
             (Some(k), false) => match interpolated_name(k) {
                 None => Key::Literal(SecretKey(k.clone())),
                 Some(name) if src.secrets.iter().any(|s| s == name) => Key::Injected(name.to_string()),
                 Some(name) => {
-                    let from_config = src.config.as_ref().and_then(|(c, p)| c.credentials.get(name).filter(|v| !v.is_empty()).map(|v| (v.clone(), p.clone())));
+                    let from_config = src.config.as_ref().and_then(|(c, p)| {
+                        c.credentials.get(name).filter(|v| !v.is_empty()).map(|v| (v.clone(), p.clone()))
+                    });
                     match (from_config, src.env.get(name).filter(|v| !v.is_empty())) {
                         (Some((v, path)), _) => Key::Config { name: name.to_string(), path, last: SecretKey(v) },
                         (None, Some(v)) => Key::Environment(SecretKey(v.clone())),
@@ -126,14 +137,21 @@ impl DriverCredential {
             Key::Keyless => Ok(None),
             Key::Literal(k) | Key::Environment(k) => Ok(Some(k.clone())),
             Key::Config { name, path, last } => {
-                let fresh = std::fs::read_to_string(&*path).ok().and_then(|t| capsule_protocol::host_config::parse(&t, "host config").ok()).and_then(|c| c.credentials.get(name.as_str()).filter(|v| !v.is_empty()).cloned());
+                let fresh = std::fs::read_to_string(&*path)
+                    .ok()
+                    .and_then(|t| capsule_protocol::host_config::parse(&t, "host config").ok())
+                    .and_then(|c| c.credentials.get(name.as_str()).filter(|v| !v.is_empty()).cloned());
                 if let Some(v) = fresh {
                     *last = SecretKey(v);
                 }
                 Ok(Some(last.clone()))
             }
-            Key::Injected(name) => secrets.get(name.as_str()).cloned().map(Some).ok_or_else(|| format!("credential `{name}` is a control secret with no value; PUT /control/secrets/{name} first")),
-            Key::Unresolved(name) => Err(format!("credential `{name}` resolved nowhere at launch (not a control secret, not in the host config, not in the environment)")),
+            Key::Injected(name) => secrets.get(name.as_str()).cloned().map(Some).ok_or_else(|| {
+                format!("credential `{name}` is a control secret with no value; PUT /control/secrets/{name} first")
+            }),
+            Key::Unresolved(name) => Err(format!(
+                "credential `{name}` resolved nowhere at launch (not a control secret, not in the host config, not in the environment)"
+            )),
         }
     }
 
@@ -220,11 +238,20 @@ impl Actor for Credentials {
     type State = CredentialsState;
     type Arguments = CredentialsArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<CredentialsMsg>, args: CredentialsArgs) -> Result<CredentialsState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<CredentialsMsg>,
+        args: CredentialsArgs,
+    ) -> Result<CredentialsState, ActorProcessingErr> {
         Ok(CredentialsState { args, values: HashMap::new(), active: 0 })
     }
 
-    async fn handle(&self, _myself: ActorRef<CredentialsMsg>, msg: CredentialsMsg, state: &mut CredentialsState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<CredentialsMsg>,
+        msg: CredentialsMsg,
+        state: &mut CredentialsState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             CredentialsMsg::Route { artifact, reply } => {
                 let values = &state.values;
@@ -240,7 +267,11 @@ impl Actor for Credentials {
                         state.active = index;
                         Ok(())
                     }
-                    Err(why) => Err(ControlRefusal::new(409, "credential_unresolvable", format!("the choice cannot be selected: {why}"))),
+                    Err(why) => Err(ControlRefusal::new(
+                        409,
+                        "credential_unresolvable",
+                        format!("the choice cannot be selected: {why}"),
+                    )),
                 };
                 let _ = reply.send(r);
             }
@@ -250,9 +281,19 @@ impl Actor for Credentials {
             }
             CredentialsMsg::Forget { name, reply } => {
                 let active_artifact = state.args.choices.get(state.active).cloned().unwrap_or_default();
-                let in_use = state.args.drivers.get(&active_artifact).is_some_and(|c| matches!(&c.key, Key::Injected(n) if *n == name));
+                let in_use = state
+                    .args
+                    .drivers
+                    .get(&active_artifact)
+                    .is_some_and(|c| matches!(&c.key, Key::Injected(n) if *n == name));
                 let r = if in_use {
-                    Err(ControlRefusal::new(409, "in_use", format!("secret `{name}` keys the driver choice in use; switch to another choice before forgetting it")))
+                    Err(ControlRefusal::new(
+                        409,
+                        "in_use",
+                        format!(
+                            "secret `{name}` keys the driver choice in use; switch to another choice before forgetting it"
+                        ),
+                    ))
                 } else {
                     state.values.remove(&name);
                     Ok(())

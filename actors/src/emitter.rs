@@ -93,7 +93,11 @@ impl Actor for Emitter {
     type State = EmitterState;
     type Arguments = EmitterArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<EmitterMsg>, args: EmitterArgs) -> Result<EmitterState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<EmitterMsg>,
+        args: EmitterArgs,
+    ) -> Result<EmitterState, ActorProcessingErr> {
         let next_id = args.next_id;
         let mut ring = VecDeque::with_capacity(REPLAY_RING);
         let mut frames = None;
@@ -115,7 +119,12 @@ impl Actor for Emitter {
         Ok(EmitterState { frames, next_id, ring, subscribers: Vec::new() })
     }
 
-    async fn handle(&self, _myself: ActorRef<EmitterMsg>, msg: EmitterMsg, state: &mut EmitterState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<EmitterMsg>,
+        msg: EmitterMsg,
+        state: &mut EmitterState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             EmitterMsg::Emit(frame) => {
                 let numbered = if frame.is_id_bearing() {
@@ -144,7 +153,8 @@ impl Actor for Emitter {
                     None => Vec::new(),
                     Some(after) => {
                         let mut out = Vec::new();
-                        let first = state.ring.front().and_then(|f| f.id).unwrap_or(state.next_id.load(Ordering::SeqCst));
+                        let first =
+                            state.ring.front().and_then(|f| f.id).unwrap_or(state.next_id.load(Ordering::SeqCst));
                         if after + 1 < first {
                             out.push(NumberedFrame { id: None, frame: Frame::Gap { first_available_id: first } });
                         }
@@ -182,7 +192,8 @@ pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
     text.lines()
         .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            let frame: Frame = serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
+            let frame: Frame =
+                serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
             Some(NumberedFrame { id: v["id"].as_u64(), frame })
         })
         .collect()
@@ -195,8 +206,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_that_does_not_read_loses_frames_and_is_told_how_many() {
-        let (e, _) = Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None }).await.expect("emitter");
-        let mut slow = e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
+        let (e, _) =
+            Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None })
+                .await
+                .expect("emitter");
+        let mut slow =
+            e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
         for i in 0..1000 {
             let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false }));
         }
@@ -206,7 +221,11 @@ mod tests {
         while let Ok(f) = slow.try_recv() {
             got.push(f.id);
         }
-        assert_eq!(got, (1..=SUBSCRIBER_QUEUE as u64).map(Some).collect::<Vec<_>>(), "the queue holds the first frames that fit");
+        assert_eq!(
+            got,
+            (1..=SUBSCRIBER_QUEUE as u64).map(Some).collect::<Vec<_>>(),
+            "the queue holds the first frames that fit"
+        );
         // Room again: the next frame is preceded by one `lagged` with the count.
         let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: "after".into(), is_final: false }));
         let lagged = slow.recv().await.expect("lagged");

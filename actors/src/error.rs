@@ -90,7 +90,9 @@ pub enum InferenceError {
         refusal: crate::spend::Refusal,
     },
     /// The gateway actor crashed or is gone; its supervisor restarts it.
-    #[error("E-RUN-050: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again")]
+    #[error(
+        "E-RUN-050: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again"
+    )]
     GatewayDown {
         /// Which driver.
         artifact: String,

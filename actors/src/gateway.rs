@@ -68,11 +68,20 @@ impl Actor for Gateway {
     type State = GatewayArgs;
     type Arguments = GatewayArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<GatewayMsg>, args: GatewayArgs) -> Result<GatewayArgs, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<GatewayMsg>,
+        args: GatewayArgs,
+    ) -> Result<GatewayArgs, ActorProcessingErr> {
         Ok(args)
     }
 
-    async fn handle(&self, _myself: ActorRef<GatewayMsg>, msg: GatewayMsg, state: &mut GatewayArgs) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<GatewayMsg>,
+        msg: GatewayMsg,
+        state: &mut GatewayArgs,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             GatewayMsg::Infer { task_id, request, reply } => {
                 let r = infer(state, task_id, *request).await;
@@ -89,7 +98,10 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
     let route = match lookup::<CredentialsMsg>(&name(sid, role::CREDENTIALS)) {
-        Some(c) => match c.call(|reply| CredentialsMsg::Route { artifact: artifact.clone(), reply }, Some(Duration::from_secs(10))).await {
+        Some(c) => match c
+            .call(|reply| CredentialsMsg::Route { artifact: artifact.clone(), reply }, Some(Duration::from_secs(10)))
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             _ => Err("the credentials actor did not answer".to_string()),
         },
@@ -97,7 +109,14 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     };
     let route = match route {
         Ok(r) => r,
-        Err(why) => return InferReply { result: Err(InferenceError::Credential { artifact, why }), instantiate_time: Duration::ZERO, call_time: started.elapsed(), continuation_id: None },
+        Err(why) => {
+            return InferReply {
+                result: Err(InferenceError::Credential { artifact, why }),
+                instantiate_time: Duration::ZERO,
+                call_time: started.elapsed(),
+                continuation_id: None,
+            };
+        }
     };
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;
@@ -107,14 +126,23 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
         }
     }
     let coalescer = lookup::<CoalescerMsg>(&name(sid, role::COALESCER));
-    let sink = DriverSink { task_id, emitter: lookup::<EmitterMsg>(&name(sid, role::EMITTER)), coalescer: coalescer.clone() };
+    let sink =
+        DriverSink { task_id, emitter: lookup::<EmitterMsg>(&name(sid, role::EMITTER)), coalescer: coalescer.clone() };
     let input = match serde_json::to_string(&request) {
         Ok(s) => s,
         Err(source) => {
-            return InferReply { result: Err(InferenceError::Protocol { artifact, source }), instantiate_time: Duration::ZERO, call_time: started.elapsed(), continuation_id: None };
+            return InferReply {
+                result: Err(InferenceError::Protocol { artifact, source }),
+                instantiate_time: Duration::ZERO,
+                call_time: started.elapsed(),
+                continuation_id: None,
+            };
         }
     };
-    let outcome = state.artifact.call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None }).await;
+    let outcome = state
+        .artifact
+        .call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None })
+        .await;
     if let Some(c) = coalescer {
         let _ = c.call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(10))).await;
     }
@@ -126,10 +154,19 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
             let parsed = r.data.as_deref().map(serde_json::from_str::<DriverResponse>);
             match (r.status, parsed) {
                 (ToolStatus::Passed, Some(Ok(resp))) if resp.stop_reason != StopReason::Error => Ok(resp),
-                (_, Some(Ok(resp))) => Err(InferenceError::Driver { message: resp.error.or(r.summary).unwrap_or_else(|| "the driver reported an error without a message".into()) }),
+                (_, Some(Ok(resp))) => Err(InferenceError::Driver {
+                    message: resp
+                        .error
+                        .or(r.summary)
+                        .unwrap_or_else(|| "the driver reported an error without a message".into()),
+                }),
                 (ToolStatus::Passed, Some(Err(source))) => Err(InferenceError::Protocol { artifact, source }),
-                (ToolStatus::Passed, None) => Err(InferenceError::Driver { message: "the driver returned no data".into() }),
-                (_, _) => Err(InferenceError::Driver { message: r.summary.unwrap_or_else(|| "the driver failed without a message".into()) }),
+                (ToolStatus::Passed, None) => {
+                    Err(InferenceError::Driver { message: "the driver returned no data".into() })
+                }
+                (_, _) => Err(InferenceError::Driver {
+                    message: r.summary.unwrap_or_else(|| "the driver failed without a message".into()),
+                }),
             }
         }
     };

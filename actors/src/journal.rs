@@ -78,11 +78,24 @@ impl Actor for Journal {
     type State = JournalState;
     type Arguments = JournalArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<JournalMsg>, args: JournalArgs) -> Result<JournalState, ActorProcessingErr> {
-        Ok(JournalState { trace: open_append(&args.trace_path)?, conversation: open_append(&args.conversation_path)?, failed_writes: 0 })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<JournalMsg>,
+        args: JournalArgs,
+    ) -> Result<JournalState, ActorProcessingErr> {
+        Ok(JournalState {
+            trace: open_append(&args.trace_path)?,
+            conversation: open_append(&args.conversation_path)?,
+            failed_writes: 0,
+        })
     }
 
-    async fn handle(&self, _myself: ActorRef<JournalMsg>, msg: JournalMsg, state: &mut JournalState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<JournalMsg>,
+        msg: JournalMsg,
+        state: &mut JournalState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             JournalMsg::Trace(ev) => write_line(&mut state.trace, &ev, &mut state.failed_writes),
             JournalMsg::Record(m) => write_line(&mut state.conversation, &m, &mut state.failed_writes),

@@ -98,12 +98,18 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>) -> Capabilities {
 pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
     let mut opts = opts.clone();
     std::fs::create_dir_all(&opts.workdir).map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
-    opts.workdir = std::fs::canonicalize(&opts.workdir).map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
+    opts.workdir = std::fs::canonicalize(&opts.workdir)
+        .map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
     let opts = &opts;
     let path = manifest_path(&opts.manifest);
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        Diagnostic::new(Code::ManifestMissing, &origin, format!("cannot read the manifest: {e}"), "pass a capsule folder holding murmur.yaml, or the path of a murmur.yaml")
+        Diagnostic::new(
+            Code::ManifestMissing,
+            &origin,
+            format!("cannot read the manifest: {e}"),
+            "pass a capsule folder holding murmur.yaml, or the path of a murmur.yaml",
+        )
     })?;
     let (mut m, mut warnings) = manifest::parse(&text, &origin)?;
     if let Some(o) = &opts.endpoint_override {
@@ -121,7 +127,12 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
     let system = match (&m.inference.system_prompt, &m.inference.system_prompt_file) {
         (Some(s), _) => s.clone(),
         (None, Some(f)) => std::fs::read_to_string(dir.join(f)).map_err(|e| {
-            Diagnostic::new(Code::ManifestInvalid, "inference.system_prompt_file", format!("cannot read `{f}`: {e}"), "point system_prompt_file at a readable file relative to the manifest")
+            Diagnostic::new(
+                Code::ManifestInvalid,
+                "inference.system_prompt_file",
+                format!("cannot read `{f}`: {e}"),
+                "point system_prompt_file at a readable file relative to the manifest",
+            )
         })?,
         (None, None) => String::new(),
     };
@@ -133,21 +144,44 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
         let (module, own) = if src.is_dir() {
             let own_path = src.join("murmur.yaml");
             let own_text = std::fs::read_to_string(&own_path).map_err(|e| {
-                Diagnostic::new(Code::ArtifactSourceMissing, own_path.display().to_string(), format!("artifact `{}` is a folder without a readable murmur.yaml: {e}", decl.name), "add the artifact's murmur.yaml naming its module, or point source at the .wasm file")
+                Diagnostic::new(
+                    Code::ArtifactSourceMissing,
+                    own_path.display().to_string(),
+                    format!("artifact `{}` is a folder without a readable murmur.yaml: {e}", decl.name),
+                    "add the artifact's murmur.yaml naming its module, or point source at the .wasm file",
+                )
             })?;
             let own = manifest::parse_artifact_manifest(&own_text, &own_path.display().to_string())?;
             if own.runtime != decl.runtime {
-                return Err(Diagnostic::new(Code::ArtifactManifest, own_path.display().to_string(), format!("artifact `{}` is declared `{:?}` but its own manifest says `{:?}`", decl.name, decl.runtime, own.runtime), "make the two runtimes agree").into());
+                return Err(Diagnostic::new(
+                    Code::ArtifactManifest,
+                    own_path.display().to_string(),
+                    format!(
+                        "artifact `{}` is declared `{:?}` but its own manifest says `{:?}`",
+                        decl.name, decl.runtime, own.runtime
+                    ),
+                    "make the two runtimes agree",
+                )
+                .into());
             }
             (src.join(&own.module), Some(own))
         } else {
             (src, None)
         };
         if !module.exists() {
-            return Err(Diagnostic::new(Code::ArtifactSourceMissing, module.display().to_string(), format!("artifact `{}`: source does not exist", decl.name), "fix `source:` (relative paths resolve against the manifest's folder) or build the component").into());
+            return Err(Diagnostic::new(
+                Code::ArtifactSourceMissing,
+                module.display().to_string(),
+                format!("artifact `{}`: source does not exist", decl.name),
+                "fix `source:` (relative paths resolve against the manifest's folder) or build the component",
+            )
+            .into());
         }
         let loaded = LoadedArtifact::load_file(&opts.host, &decl.name, &module)?;
-        let caps = narrow(&narrow(&m.capabilities, decl.capabilities.as_ref()), own.as_ref().and_then(|o| o.capabilities.as_ref()));
+        let caps = narrow(
+            &narrow(&m.capabilities, decl.capabilities.as_ref()),
+            own.as_ref().and_then(|o| o.capabilities.as_ref()),
+        );
         let grants = grants_for(&m, decl, &caps, opts, session_id)?;
         artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
     }
@@ -155,10 +189,23 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
     for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {
         let gateway = if a.name == m.inference.driver.artifact { m.primary_gateway() } else { a.gateway.clone() };
         let Some(g) = gateway else { continue };
-        let upstream_auth = artifacts.iter().find(|r: &&ReadyArtifact| r.decl.name == a.name).and_then(|r| r.own.as_ref()).and_then(|o| o.upstream_auth.clone());
-        let sources = Sources { env: &opts.env, config: opts.host_config.as_ref().map(|(c, p)| (c, p.clone())), secrets: &m.control.secrets };
+        let upstream_auth = artifacts
+            .iter()
+            .find(|r: &&ReadyArtifact| r.decl.name == a.name)
+            .and_then(|r| r.own.as_ref())
+            .and_then(|o| o.upstream_auth.clone());
+        let sources = Sources {
+            env: &opts.env,
+            config: opts.host_config.as_ref().map(|(c, p)| (c, p.clone())),
+            secrets: &m.control.secrets,
+        };
         let resolved = DriverCredential::resolve(&g, upstream_auth, &sources).map_err(|why| {
-            Diagnostic::new(Code::ManifestGateway, format!("artifacts[{}].gateway.endpoint", a.name), why, "write the endpoint as https://host[:port][/path]")
+            Diagnostic::new(
+                Code::ManifestGateway,
+                format!("artifacts[{}].gateway.endpoint", a.name),
+                why,
+                "write the endpoint as https://host[:port][/path]",
+            )
         })?;
         let unresolved = if resolved.staged() { None } else { resolved.name().map(str::to_string) };
         credentials.insert(a.name.clone(), resolved);
@@ -174,7 +221,13 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
                 .into());
             }
             Some(var) => {
-                let choices: Vec<&str> = m.inference.alternates.iter().filter(|c| c.driver.artifact() == a.name).map(|c| c.name.as_str()).collect();
+                let choices: Vec<&str> = m
+                    .inference
+                    .alternates
+                    .iter()
+                    .filter(|c| c.driver.artifact() == a.name)
+                    .map(|c| c.name.as_str())
+                    .collect();
                 warnings.push(Diagnostic::new(
                     Code::AlternateUnavailable,
                     format!("artifacts[{}].gateway.api_key", a.name),
@@ -188,7 +241,13 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
     Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone() })
 }
 
-fn grants_for(m: &Manifest, decl: &Artifact, caps: &Capabilities, opts: &LaunchOptions, session_id: &str) -> Result<Grants, LaunchError> {
+fn grants_for(
+    m: &Manifest,
+    decl: &Artifact,
+    caps: &Capabilities,
+    opts: &LaunchOptions,
+    session_id: &str,
+) -> Result<Grants, LaunchError> {
     let mut env = vec![
         ("MURMUR_CAPSULE_NAME".to_string(), m.name.clone()),
         ("MURMUR_CAPSULE_VERSION".to_string(), m.version.clone()),
@@ -207,13 +266,26 @@ fn grants_for(m: &Manifest, decl: &Artifact, caps: &Capabilities, opts: &LaunchO
     }
     let role = match decl.runtime {
         ArtifactRuntime::Driver => {
-            let has_gateway = decl.gateway.is_some() || (decl.name == m.inference.driver.artifact && m.inference.endpoint.is_some());
+            let has_gateway =
+                decl.gateway.is_some() || (decl.name == m.inference.driver.artifact && m.inference.endpoint.is_some());
             if has_gateway {
                 env.push(("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()));
             }
-            let model = if decl.name == m.inference.driver.artifact { m.inference.model.clone() } else { m.inference.alternates.iter().find(|a| a.driver.artifact() == decl.name).map(|a| a.model.clone()).unwrap_or_default() };
+            let model = if decl.name == m.inference.driver.artifact {
+                m.inference.model.clone()
+            } else {
+                m.inference
+                    .alternates
+                    .iter()
+                    .find(|a| a.driver.artifact() == decl.name)
+                    .map(|a| a.model.clone())
+                    .unwrap_or_default()
+            };
             env.push(("MURMUR_INFERENCE_MODEL".into(), model));
-            let full = match &decl.version { Some(v) => format!("{}@{v}", decl.name), None => decl.name.clone() };
+            let full = match &decl.version {
+                Some(v) => format!("{}@{v}", decl.name),
+                None => decl.name.clone(),
+            };
             env.push(("MURMUR_INFERENCE_DRIVER".into(), full));
             env.push(("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()));
             if let Some(c) = &m.inference.driver.config {

@@ -16,7 +16,7 @@ pub fn gateway(session_id: &str, artifact: &str) -> String {
 
 /// Look an actor up by name.
 pub fn lookup<M: Message>(name: &str) -> Option<ActorRef<M>> {
-    ractor::registry::where_is(name.to_string()).map(ActorRef::from)
+    ractor::registry::where_is(name).map(ActorRef::from)
 }
 
 /// Roles.

@@ -95,11 +95,19 @@ impl Session {
     pub async fn resume(mut opts: LaunchOptions, dir: &std::path::Path) -> Result<Session, LaunchError> {
         let io = |source| LaunchError::Io { path: dir.to_path_buf(), source };
         let dir = std::fs::canonicalize(dir).map_err(io)?;
-        let session_id = dir.file_name().and_then(|n| n.to_str()).filter(|n| n.starts_with("ses_")).map(str::to_string).ok_or_else(|| {
-            LaunchError::Io { path: dir.clone(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a session folder (its name must be ses_…)") }
-        })?;
+        let session_id =
+            dir.file_name().and_then(|n| n.to_str()).filter(|n| n.starts_with("ses_")).map(str::to_string).ok_or_else(
+                || LaunchError::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "not a session folder (its name must be ses_…)",
+                    ),
+                },
+            )?;
         opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        let trace = std::fs::read_to_string(dir.join("trace.jsonl")).map_err(|source| LaunchError::Io { path: dir.join("trace.jsonl"), source })?;
+        let trace = std::fs::read_to_string(dir.join("trace.jsonl"))
+            .map_err(|source| LaunchError::Io { path: dir.join("trace.jsonl"), source })?;
         let mut seed = crate::agent_loop::ResumeSeed::default();
         let mut finished = std::collections::HashSet::new();
         for line in trace.lines() {
@@ -131,7 +139,11 @@ impl Session {
         }
     }
 
-    async fn start(opts: LaunchOptions, resumed_id: Option<String>, resume: Option<crate::agent_loop::ResumeSeed>) -> Result<Session, LaunchError> {
+    async fn start(
+        opts: LaunchOptions,
+        resumed_id: Option<String>,
+        resume: Option<crate::agent_loop::ResumeSeed>,
+    ) -> Result<Session, LaunchError> {
         let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
         // Build the cl100k encoder (process-wide, once) while the components load, so the
         // first call's admission does not wait for it.
@@ -146,8 +158,14 @@ impl Session {
         warnings.extend(choice_warnings);
         let control = if m.control.enabled() {
             let token_file = dir.join("control.token");
-            let key = crate::control::TokenKey::mint(&token_file).map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
-            Some(ControlHandle { key, token_file, settings: m.control.settings.clone(), secrets: m.control.secrets.clone() })
+            let key = crate::control::TokenKey::mint(&token_file)
+                .map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
+            Some(ControlHandle {
+                key,
+                token_file,
+                settings: m.control.settings.clone(),
+                secrets: m.control.secrets.clone(),
+            })
         } else {
             None
         };
@@ -157,7 +175,12 @@ impl Session {
             tools.push(crate::choices::switch_tool(&choices));
         }
         let driver = m.inference.driver.artifact.clone();
-        let deadline = prepared.artifacts.iter().find(|a| a.decl.name == driver).map(|a| a.grants.limits.deadline_seconds).unwrap_or(600);
+        let deadline = prepared
+            .artifacts
+            .iter()
+            .find(|a| a.decl.name == driver)
+            .map(|a| a.grants.limits.deadline_seconds)
+            .unwrap_or(600);
         let loop_config = LoopConfig {
             session_id: session_id.clone(),
             capsule_name: m.name.clone(),
@@ -181,15 +204,25 @@ impl Session {
             queue_depth: m.lifecycle.queue_depth as usize,
         };
         let mut children = vec![
-            ChildSpec::Journal(JournalArgs { trace_path: dir.join("trace.jsonl"), conversation_path: dir.join("conversation.jsonl") }),
-            ChildSpec::Emitter(crate::emitter::EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: Some(dir.join("frames.jsonl")) }),
+            ChildSpec::Journal(JournalArgs {
+                trace_path: dir.join("trace.jsonl"),
+                conversation_path: dir.join("conversation.jsonl"),
+            }),
+            ChildSpec::Emitter(crate::emitter::EmitterArgs {
+                next_id: Arc::new(AtomicU64::new(1)),
+                frames_path: Some(dir.join("frames.jsonl")),
+            }),
             ChildSpec::Coalescer,
             ChildSpec::Credentials(Box::new(crate::credentials::CredentialsArgs {
                 drivers: prepared.credentials.clone(),
                 choices: choices.iter().map(|c| c.driver.clone()).collect(),
                 secrets: m.control.secrets.clone(),
             })),
-            ChildSpec::Spend(Box::new(crate::spend::SpendArgs::new(session_id.clone(), m.inference.max_session_tokens, opts.machine.clone()))),
+            ChildSpec::Spend(Box::new(crate::spend::SpendArgs::new(
+                session_id.clone(),
+                m.inference.max_session_tokens,
+                opts.machine.clone(),
+            ))),
         ];
         let mut tools = HashMap::new();
         for a in &prepared.artifacts {
@@ -201,22 +234,38 @@ impl Session {
                     grants: a.grants.clone(),
                 }))),
                 ArtifactRuntime::Tool => {
-                    tools.insert(a.decl.name.clone(), ToolEntry { artifact: a.loaded.clone(), grants: a.grants.clone() });
+                    tools.insert(
+                        a.decl.name.clone(),
+                        ToolEntry { artifact: a.loaded.clone(), grants: a.grants.clone() },
+                    );
                 }
             }
         }
         children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
         children.push(ChildSpec::Loop(Box::new(loop_config)));
-        let (supervisor, _) = Actor::spawn(Some(names::name(&session_id, role::SUPERVISOR)), CapsuleSupervisor, SupervisorArgs { session_id: session_id.clone(), children })
-            .await
-            .map_err(|source| LaunchError::Spawn { role: role::SUPERVISOR.into(), source })?;
-        let session = Session { session_id: session_id.clone(), dir, workdir: prepared.workdir.clone(), warnings: warnings.clone(), manifest: Arc::new(prepared.manifest.clone()), control, supervisor };
+        let (supervisor, _) = Actor::spawn(
+            Some(names::name(&session_id, role::SUPERVISOR)),
+            CapsuleSupervisor,
+            SupervisorArgs { session_id: session_id.clone(), children },
+        )
+        .await
+        .map_err(|source| LaunchError::Spawn { role: role::SUPERVISOR.into(), source })?;
+        let session = Session {
+            session_id: session_id.clone(),
+            dir,
+            workdir: prepared.workdir.clone(),
+            warnings: warnings.clone(),
+            manifest: Arc::new(prepared.manifest.clone()),
+            control,
+            supervisor,
+        };
         let artifacts: Vec<_> = prepared
             .artifacts
             .iter()
             .map(|a| json!({"name": a.decl.name, "runtime": a.decl.runtime, "cache": format!("{:?}", a.loaded.cache_hit).to_lowercase(), "load_ms": a.loaded.load_time.as_secs_f64() * 1000.0}))
             .collect();
-        let credential_sources: HashMap<_, _> = prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source())).collect();
+        let credential_sources: HashMap<_, _> =
+            prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source())).collect();
         let mut start = json!({
             "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
             "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
@@ -234,7 +283,8 @@ impl Session {
         }
         session.trace(TraceKind::SessionStart, start);
         for w in &warnings {
-            session.trace(TraceKind::Warning, json!({"code": w.code.as_str(), "at": w.at, "rule": w.rule, "fix": w.fix}));
+            session
+                .trace(TraceKind::Warning, json!({"code": w.code.as_str(), "at": w.at, "rule": w.rule, "fix": w.fix}));
         }
         Ok(session)
     }
@@ -248,7 +298,19 @@ impl Session {
     /// Submit the launch task and wait for it to end.
     pub async fn submit(&self, text: &str) -> Result<TaskOutcome, SessionError> {
         let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l.call(|reply| LoopMsg::Submit { text: text.to_string(), context_id: None, origin: Origin::Launch, accepted: None, reply: Some(reply) }, None).await {
+        match l
+            .call(
+                |reply| LoopMsg::Submit {
+                    text: text.to_string(),
+                    context_id: None,
+                    origin: Origin::Launch,
+                    accepted: None,
+                    reply: Some(reply),
+                },
+                None,
+            )
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
             _ => Err(SessionError::LoopDown),
         }
@@ -256,12 +318,23 @@ impl Session {
 
     /// Submit a task from a door client: answers as soon as it is accepted, queued or
     /// rejected; the returned receiver answers when it ends.
-    pub async fn submit_from_door(&self, text: &str, context_id: Option<String>) -> Result<(TaskRecord, oneshot::Receiver<TaskOutcome>), SessionError> {
+    pub async fn submit_from_door(
+        &self,
+        text: &str,
+        context_id: Option<String>,
+    ) -> Result<(TaskRecord, oneshot::Receiver<TaskOutcome>), SessionError> {
         let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
         let (acc_tx, acc_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let port: ractor::RpcReplyPort<TaskOutcome> = done_tx.into();
-        l.cast(LoopMsg::Submit { text: text.to_string(), context_id, origin: Origin::Door, accepted: Some(acc_tx), reply: Some(port) }).map_err(|_| SessionError::LoopDown)?;
+        l.cast(LoopMsg::Submit {
+            text: text.to_string(),
+            context_id,
+            origin: Origin::Door,
+            accepted: Some(acc_tx),
+            reply: Some(port),
+        })
+        .map_err(|_| SessionError::LoopDown)?;
         let record = acc_rx.await.map_err(|_| SessionError::LoopDown)?;
         Ok((record, done_rx))
     }
@@ -315,12 +388,28 @@ impl Session {
 
     /// Change a setting (`inference.driver`, `inference.max_tokens`); value checks, then the
     /// credential check (409) for a switch.
-    pub async fn set_setting(&self, name: &str, value: serde_json::Value, principal: Principal) -> Result<SettingChange, ControlRefusal> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the agent loop is restarting; try again"))?;
+    pub async fn set_setting(
+        &self,
+        name: &str,
+        value: serde_json::Value,
+        principal: Principal,
+    ) -> Result<SettingChange, ControlRefusal> {
+        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP))
+            .ok_or_else(|| ControlRefusal::new(503, "unavailable", "the agent loop is restarting; try again"))?;
         let r = match name {
-            "inference.driver" => l.call(|reply| LoopMsg::Switch { choice: value, principal, reply }, Some(Duration::from_secs(30))).await,
-            "inference.max_tokens" => l.call(|reply| LoopMsg::SetMaxTokens { value, principal, reply }, Some(Duration::from_secs(30))).await,
-            other => return Err(ControlRefusal::new(404, "undeclared_setting", format!("`{other}` is not a setting this runtime knows"))),
+            "inference.driver" => {
+                l.call(|reply| LoopMsg::Switch { choice: value, principal, reply }, Some(Duration::from_secs(30))).await
+            }
+            "inference.max_tokens" => {
+                l.call(|reply| LoopMsg::SetMaxTokens { value, principal, reply }, Some(Duration::from_secs(30))).await
+            }
+            other => {
+                return Err(ControlRefusal::new(
+                    404,
+                    "undeclared_setting",
+                    format!("`{other}` is not a setting this runtime knows"),
+                ));
+            }
         };
         match r {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
@@ -331,11 +420,22 @@ impl Session {
     /// Inject a secret (memory only); answers whether it replaced a value.
     pub async fn set_secret(&self, name: &str, value: &str) -> Result<bool, ControlRefusal> {
         if !crate::control::valid_secret(value) {
-            return Err(ControlRefusal::new(422, "invalid_value", "a secret value is visible ASCII and space only, and not empty"));
+            return Err(ControlRefusal::new(
+                422,
+                "invalid_value",
+                "a secret value is visible ASCII and space only, and not empty",
+            ));
         }
-        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
+        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS))
+            .ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
         let value = capsule_runtime::SecretKey(value.to_string());
-        match c.call(|reply| CredentialsMsg::SetSecret { name: name.to_string(), value, reply }, Some(Duration::from_secs(10))).await {
+        match c
+            .call(
+                |reply| CredentialsMsg::SetSecret { name: name.to_string(), value, reply },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(replaced)) => {
                 self.trace(TraceKind::ControlChange, json!({"secret": name, "set": true, "replaced": replaced, "principal": Principal::Operator, "token_id": self.control.as_ref().map(|c| c.key.id())}));
                 Ok(replaced)
@@ -346,8 +446,12 @@ impl Session {
 
     /// Forget a secret, unless it keys the choice in use (409 `in_use`).
     pub async fn forget_secret(&self, name: &str) -> Result<(), ControlRefusal> {
-        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS)).ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
-        match c.call(|reply| CredentialsMsg::Forget { name: name.to_string(), reply }, Some(Duration::from_secs(10))).await {
+        let c = lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS))
+            .ok_or_else(|| ControlRefusal::new(503, "unavailable", "the credentials actor is restarting; try again"))?;
+        match c
+            .call(|reply| CredentialsMsg::Forget { name: name.to_string(), reply }, Some(Duration::from_secs(10)))
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => {
                 match &r {
                     Ok(()) => self.trace(TraceKind::ControlChange, json!({"secret": name, "set": false, "principal": Principal::Operator, "token_id": self.control.as_ref().map(|c| c.key.id())})),
@@ -375,12 +479,14 @@ impl Session {
 
     /// Test hook: make the gateway of `artifact` panic.
     pub fn inject_gateway_panic(&self, artifact: &str) -> bool {
-        lookup::<GatewayMsg>(&names::gateway(&self.session_id, artifact)).is_some_and(|g| g.cast(GatewayMsg::InjectPanic).is_ok())
+        lookup::<GatewayMsg>(&names::gateway(&self.session_id, artifact))
+            .is_some_and(|g| g.cast(GatewayMsg::InjectPanic).is_ok())
     }
 
     /// Test hook: make the tools actor panic.
     pub fn inject_tools_panic(&self) -> bool {
-        lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS)).is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())
+        lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS))
+            .is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())
     }
 
     /// Write `session_end`, tell watchers `capsule-closed`, flush, and stop the tree.

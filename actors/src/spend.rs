@@ -118,7 +118,10 @@ impl fmt::Display for Refusal {
                 "{code}: the host's daily spend ceiling {setting} ({c} tokens per UTC day) is reached: {u} used today, this call needs {r}; the call was not sent. Retry after other calls settle or after 00:00 UTC, or raise {setting} in the host config"
             ),
             Limit::MachineUnavailable => {
-                write!(f, "{code}: the host spend meter ({setting}) did not answer, so the call was not sent (spend is never unmetered); check the host's log and retry")
+                write!(
+                    f,
+                    "{code}: the host spend meter ({setting}) did not answer, so the call was not sent (spend is never unmetered); check the host's log and retry"
+                )
             }
         }
     }
@@ -236,7 +239,11 @@ pub struct SpendArgs {
 
 impl SpendArgs {
     /// Arguments with a fresh book.
-    pub fn new(session_id: impl Into<String>, session_ceiling: Option<u64>, machine: Option<ActorRef<MachineMsg>>) -> Self {
+    pub fn new(
+        session_id: impl Into<String>,
+        session_ceiling: Option<u64>,
+        machine: Option<ActorRef<MachineMsg>>,
+    ) -> Self {
         SpendArgs { session_id: session_id.into(), session_ceiling, machine, book: SessionBook::default() }
     }
 }
@@ -284,7 +291,9 @@ impl SpendState {
         };
         if let Some(m) = &self.machine {
             let session = self.session.clone();
-            let asked = m.call(|reply| MachineMsg::Reserve { session, id, tokens: requested, reply }, Some(MACHINE_TIMEOUT)).await;
+            let asked = m
+                .call(|reply| MachineMsg::Reserve { session, id, tokens: requested, reply }, Some(MACHINE_TIMEOUT))
+                .await;
             let refusal = match asked {
                 Ok(CallResult::Success(Ok(()))) => None,
                 Ok(CallResult::Success(Err(refusal))) => Some(refusal),
@@ -331,7 +340,13 @@ impl SpendState {
         record_actual(t, actual);
         drop(book);
         if let Some(m) = &self.machine {
-            let _ = m.cast(MachineMsg::Settle { session: self.session.clone(), id, input: charged_in, output: charged_out, ack: None });
+            let _ = m.cast(MachineMsg::Settle {
+                session: self.session.clone(),
+                id,
+                input: charged_in,
+                output: charged_out,
+                ack: None,
+            });
         }
     }
 }
@@ -364,7 +379,12 @@ impl Actor for SpendMeter {
         Ok(SpendState { session, ceiling: args.session_ceiling, machine: args.machine, book: args.book })
     }
 
-    async fn handle(&self, _myself: ActorRef<SpendMsg>, msg: SpendMsg, state: &mut SpendState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<SpendMsg>,
+        msg: SpendMsg,
+        state: &mut SpendState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SpendMsg::Admit { estimated_input, max_output, reply } => {
                 let _ = reply.send(state.admit(estimated_input, max_output).await);

@@ -18,7 +18,10 @@ async fn machine(dir: &std::path::Path, ceiling: Option<u64>) -> ActorRef<Machin
 }
 
 async fn admit(m: &ActorRef<SpendMsg>, estimated_input: u64, max_output: u64) -> Admitted {
-    m.call(|reply| SpendMsg::Admit { estimated_input, max_output, reply }, None).await.expect("admit").expect("answered")
+    m.call(|reply| SpendMsg::Admit { estimated_input, max_output, reply }, None)
+        .await
+        .expect("admit")
+        .expect("answered")
 }
 
 async fn totals(m: &ActorRef<SpendMsg>) -> SpendTotals {
@@ -56,8 +59,14 @@ async fn the_last_call_that_fits_the_session_ceiling_passes_and_the_next_is_refu
     assert_eq!(refused, Refusal { limit: Limit::Session, ceiling: 1000, used: 1000, requested: 1 });
     assert_eq!(refused.code(), "E-RUN-080");
     let text = refused.to_string();
-    assert!(text.starts_with("E-RUN-080") && text.contains("inference.max_session_tokens") && text.contains("raise"), "{text}");
-    assert_eq!(refused.trace_fields(), serde_json::json!({"limit": "session", "ceiling": 1000, "used": 1000, "requested": 1, "code": "E-RUN-080"}));
+    assert!(
+        text.starts_with("E-RUN-080") && text.contains("inference.max_session_tokens") && text.contains("raise"),
+        "{text}"
+    );
+    assert_eq!(
+        refused.trace_fields(),
+        serde_json::json!({"limit": "session", "ceiling": 1000, "used": 1000, "requested": 1, "code": "E-RUN-080"})
+    );
     settle(&m, &a, 400, 100);
     settle(&m, &b, 400, 100);
     let t = totals(&m).await;
@@ -73,7 +82,9 @@ async fn the_last_call_that_fits_the_machine_ceiling_passes_the_next_is_refused_
     admit(&s2, 300, 100).await.expect("exactly the ceiling fits");
     let refused = admit(&s1, 0, 1).await.expect_err("over the host ceiling");
     assert_eq!(refused, Refusal { limit: Limit::Machine, ceiling: 1000, used: 1000, requested: 1 });
-    assert!(refused.to_string().starts_with("E-RUN-081") && refused.to_string().contains("spend.machine_tokens_per_day"));
+    assert!(
+        refused.to_string().starts_with("E-RUN-081") && refused.to_string().contains("spend.machine_tokens_per_day")
+    );
     settle(&s1, &a, 500, 0);
     admit(&s1, 100, 0).await.expect("re-checked: the 100 freed by the settle fit");
     assert_eq!(admit(&s2, 1, 0).await.expect_err("full again").limit, Limit::Machine);
@@ -223,5 +234,8 @@ async fn fifty_sessions_sharing_the_machine_ceiling_never_overshoot_it() {
     assert!(sum <= CEILING, "settled {sum} > ceiling {CEILING}");
     assert_eq!((host_end.settled, host_end.reserved), (sum, 0));
     assert_eq!(ledger_total(&host, dir.path()).await, sum);
-    assert!(granted > 100 && refused > 100 && host_end.refusals > 0, "the ceiling was contested: {granted} granted, {refused} refused");
+    assert!(
+        granted > 100 && refused > 100 && host_end.refusals > 0,
+        "the ceiling was contested: {granted} granted, {refused} refused"
+    );
 }

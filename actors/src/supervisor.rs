@@ -132,7 +132,9 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
     Ok(match spec.clone() {
         ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, a, sup).await?.0.get_cell(),
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
-        ChildSpec::Coalescer => Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell(),
+        ChildSpec::Coalescer => {
+            Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell()
+        }
         ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, *a, sup).await?.0.get_cell(),
         ChildSpec::Spend(a) => Actor::spawn_linked(name, SpendMeter, *a, sup).await?.0.get_cell(),
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
@@ -146,7 +148,11 @@ impl Actor for CapsuleSupervisor {
     type State = SupervisorState;
     type Arguments = SupervisorArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, args: SupervisorArgs) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         let mut children = HashMap::new();
         for spec in args.children {
             let cell = spawn_child(&args.session_id, &spec, myself.get_cell()).await?;
@@ -156,7 +162,12 @@ impl Actor for CapsuleSupervisor {
         Ok(SupervisorState { session_id: args.session_id, children, restarts: HashMap::new(), recent: VecDeque::new() })
     }
 
-    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Restarts(reply) => {
                 let _ = reply.send(state.restarts.clone());
@@ -166,7 +177,12 @@ impl Actor for CapsuleSupervisor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<SupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match evt {
             SupervisionEvent::ActorFailed(cell, err) => {
                 let Some((role, spec)) = state.children.remove(&cell.get_id()) else { return Ok(()) };
@@ -204,12 +220,23 @@ impl Actor for CapsuleSupervisor {
     }
 }
 
-async fn restart(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, role: String, spec: ChildSpec, error: String) -> Result<(), ActorProcessingErr> {
+async fn restart(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    role: String,
+    spec: ChildSpec,
+    error: String,
+) -> Result<(), ActorProcessingErr> {
     tracing::warn!(session = %state.session_id, %role, %error, "restarting child");
     let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
     *state.restarts.entry(role.clone()).or_default() += 1;
     if let Some(j) = names::lookup::<JournalMsg>(&names::name(&state.session_id, role::JOURNAL)) {
-        let ev = TraceEvent::new(TraceKind::ActorRestarted, &state.session_id, crate::now_ms(), json!({"actor": role, "error": error}));
+        let ev = TraceEvent::new(
+            TraceKind::ActorRestarted,
+            &state.session_id,
+            crate::now_ms(),
+            json!({"actor": role, "error": error}),
+        );
         let _ = j.cast(JournalMsg::Trace(ev));
     }
     state.children.insert(new.get_id(), (role, spec));

@@ -194,7 +194,30 @@ mod tests {
             self.0
         }
         fn text(&mut self, words: usize) -> String {
-            const W: &[&str] = &["the", "agent", "reads", "file", "src/main.rs", "and", "fn", "main()", "{", "}", "42", "token", "naïve", "日本語", "\n", "  ", "println!(\"{x}\");", "spend", "ceiling", "—", "it's", "UTC"];
+            const W: &[&str] = &[
+                "the",
+                "agent",
+                "reads",
+                "file",
+                "src/main.rs",
+                "and",
+                "fn",
+                "main()",
+                "{",
+                "}",
+                "42",
+                "token",
+                "naïve",
+                "日本語",
+                "\n",
+                "  ",
+                "println!(\"{x}\");",
+                "spend",
+                "ceiling",
+                "—",
+                "it's",
+                "UTC",
+            ];
             (0..words).map(|_| W[(self.next() % W.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
         }
     }
@@ -202,12 +225,19 @@ mod tests {
     fn turn_messages(rng: &mut Rng, turn: usize) -> Vec<Message> {
         let call = Message {
             role: Role::Assistant,
-            content: vec![Block::Text { text: rng.text(30) }, Block::ToolCall { id: format!("call_{turn}"), name: "read_file".into(), input: json!({"path": rng.text(2), "n": turn}) }],
+            content: vec![
+                Block::Text { text: rng.text(30) },
+                Block::ToolCall {
+                    id: format!("call_{turn}"),
+                    name: "read_file".into(),
+                    input: json!({"path": rng.text(2), "n": turn}),
+                },
+            ],
             tool_call_id: None,
             is_error: None,
             produced_by: None,
         };
-        vec![call, Message::tool_result(format!("call_{turn}"), rng.text(200), turn % 7 == 0)]
+        vec![call, Message::tool_result(format!("call_{turn}"), rng.text(200), turn.is_multiple_of(7))]
     }
 
     fn request(messages: Vec<Message>) -> DriverRequest {
@@ -216,7 +246,11 @@ mod tests {
             max_tokens: 4096,
             system: "You are a careful coding agent.\nAnswer briefly.".into(),
             messages,
-            tools: vec![ToolSpec { name: "read_file".into(), description: Some("Read a file in the scope".into()), parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}) }],
+            tools: vec![ToolSpec {
+                name: "read_file".into(),
+                description: Some("Read a file in the scope".into()),
+                parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            }],
             params: Default::default(),
             continuation_id: None,
             prompt_cache_key: "demo:0.1.0:ctx_1".into(),
@@ -300,7 +334,8 @@ mod tests {
             counter.counted_bytes() - before
         };
         let (first, fiftieth, hundredth) = (fed_at(1, &mut rng), fed_at(50, &mut rng), fed_at(100, &mut rng));
-        let turn_bytes: u64 = same_turn.iter().map(|m| serde_json::to_vec(m).map(|v| v.len() as u64).unwrap_or(0)).sum();
+        let turn_bytes: u64 =
+            same_turn.iter().map(|m| serde_json::to_vec(m).map(|v| v.len() as u64).unwrap_or(0)).sum();
         assert_eq!((first, fiftieth, hundredth), (turn_bytes, turn_bytes, turn_bytes));
     }
 }

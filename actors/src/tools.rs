@@ -68,7 +68,12 @@ impl Actor for Tools {
         Ok(args)
     }
 
-    async fn handle(&self, _myself: ActorRef<ToolsMsg>, msg: ToolsMsg, state: &mut ToolsArgs) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<ToolsMsg>,
+        msg: ToolsMsg,
+        state: &mut ToolsArgs,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolsMsg::Run { name, input, reply } => {
                 let r = run(state, &name, input).await;
@@ -83,9 +88,18 @@ impl Actor for Tools {
 async fn run(state: &ToolsArgs, name: &str, input: String) -> ToolRunReply {
     let started = Instant::now();
     let Some(entry) = state.tools.get(name) else {
-        return ToolRunReply { content: format!("tool `{name}` is not declared in this capsule"), is_error: true, duration_ms: 0, truncated: false, code: None };
+        return ToolRunReply {
+            content: format!("tool `{name}` is not declared in this capsule"),
+            is_error: true,
+            duration_ms: 0,
+            truncated: false,
+            code: None,
+        };
     };
-    let outcome = entry.artifact.call(&state.host, &entry.grants, Arc::new(NoEvents), ToolInput { data: Some(input), log_path: None }).await;
+    let outcome = entry
+        .artifact
+        .call(&state.host, &entry.grants, Arc::new(NoEvents), ToolInput { data: Some(input), log_path: None })
+        .await;
     let duration_ms = started.elapsed().as_millis() as u64;
     match outcome.result {
         Ok(r) => {
@@ -99,6 +113,12 @@ async fn run(state: &ToolsArgs, name: &str, input: String) -> ToolRunReply {
             };
             ToolRunReply { content, is_error, duration_ms, truncated: r.truncated, code: None }
         }
-        Err(e) => ToolRunReply { content: e.to_string(), is_error: true, duration_ms, truncated: false, code: Some(e.code().as_str()) },
+        Err(e) => ToolRunReply {
+            content: e.to_string(),
+            is_error: true,
+            duration_ms,
+            truncated: false,
+            code: Some(e.code().as_str()),
+        },
     }
 }

@@ -182,7 +182,14 @@ impl Frame {
     /// `lagged`, `connection-ack`, `capsule-closed` and `error` concern one connection and
     /// carry no id.
     pub fn is_id_bearing(&self) -> bool {
-        !matches!(self, Frame::Gap { .. } | Frame::Lagged { .. } | Frame::ConnectionAck { .. } | Frame::CapsuleClosed {} | Frame::Error { .. })
+        !matches!(
+            self,
+            Frame::Gap { .. }
+                | Frame::Lagged { .. }
+                | Frame::ConnectionAck { .. }
+                | Frame::CapsuleClosed {}
+                | Frame::Error { .. }
+        )
     }
 }
 
@@ -220,17 +227,36 @@ mod tests {
     fn artifact_frames_carry_every_key_even_when_null() {
         let f = Frame::Artifact {
             id: "tsk_1".into(),
-            artifact: ArtifactBody { tool_name: Some("files".into()), content: None, fence_source: None, tool_call_id: None, is_error: Some(false), duration_ms: None, exit_code: None, truncated: None },
+            artifact: ArtifactBody {
+                tool_name: Some("files".into()),
+                content: None,
+                fence_source: None,
+                tool_call_id: None,
+                is_error: Some(false),
+                duration_ms: None,
+                exit_code: None,
+                truncated: None,
+            },
         };
         let d = f.data();
-        for k in ["tool_name", "content", "fence_source", "tool_call_id", "is_error", "duration_ms", "exit_code", "truncated"] {
+        for k in [
+            "tool_name",
+            "content",
+            "fence_source",
+            "tool_call_id",
+            "is_error",
+            "duration_ms",
+            "exit_code",
+            "truncated",
+        ] {
             assert!(d["artifact"].as_object().expect("object").contains_key(k), "missing {k}");
         }
     }
 
     #[test]
     fn sse_form_has_id_event_and_one_line_data() {
-        let f = NumberedFrame { id: Some(7), frame: Frame::Text { id: "t".into(), text: "a\nb".into(), is_final: false } };
+        let f =
+            NumberedFrame { id: Some(7), frame: Frame::Text { id: "t".into(), text: "a\nb".into(), is_final: false } };
         let s = f.to_sse();
         assert_eq!(s, "id: 7\nevent: text\ndata: {\"final\":false,\"id\":\"t\",\"text\":\"a\\nb\"}\n\n");
     }

@@ -39,22 +39,43 @@ pub struct SpendConfig {
 
 impl std::fmt::Display for HostConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "host config ({} credentials, machine ceiling {:?})", self.credentials.len(), self.spend.machine_tokens_per_day)
+        write!(
+            f,
+            "host config ({} credentials, machine ceiling {:?})",
+            self.credentials.len(),
+            self.spend.machine_tokens_per_day
+        )
     }
 }
 
 /// Parse a host config. `origin` names the file in diagnostics.
 pub fn parse(text: &str, origin: &str) -> Result<HostConfig, crate::Diagnostics> {
     let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
-        crate::Diagnostic::new(crate::Code::ManifestSyntax, origin, format!("the host config is not valid YAML: {e}"), "fix the YAML syntax at the position shown")
+        crate::Diagnostic::new(
+            crate::Code::ManifestSyntax,
+            origin,
+            format!("the host config is not valid YAML: {e}"),
+            "fix the YAML syntax at the position shown",
+        )
     })?;
     let value = if value.is_null() { serde_json::json!({}) } else { value };
     let config: HostConfig = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        crate::Diagnostic::new(crate::Code::ManifestUnknownKey, format!("{origin}: {path}"), e.into_inner().to_string(), "use only `credentials` and `spend` (machine_tokens_per_day, ledger_dir)")
+        crate::Diagnostic::new(
+            crate::Code::ManifestUnknownKey,
+            format!("{origin}: {path}"),
+            e.into_inner().to_string(),
+            "use only `credentials` and `spend` (machine_tokens_per_day, ledger_dir)",
+        )
     })?;
     if config.spend.machine_tokens_per_day == Some(0) {
-        return Err(crate::Diagnostic::new(crate::Code::ManifestInvalid, format!("{origin}: spend.machine_tokens_per_day"), "the ceiling is 0", "set a positive number of tokens, or remove the key").into());
+        return Err(crate::Diagnostic::new(
+            crate::Code::ManifestInvalid,
+            format!("{origin}: spend.machine_tokens_per_day"),
+            "the ceiling is 0",
+            "set a positive number of tokens, or remove the key",
+        )
+        .into());
     }
     Ok(config)
 }

@@ -96,15 +96,30 @@ pub fn default_workdir(name: &str) -> PathBuf {
 /// Whether `name` can name a capsule in the host API: 1..100 of `A-Z a-z 0-9 . _ -`, not
 /// starting with `.`.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 100 && !name.starts_with('.') && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Parse a host file. `origin` names the file in diagnostics.
 pub fn parse(text: &str, origin: &str) -> Result<HostFile, Diagnostics> {
-    let value: serde_json::Value = serde_saphyr::from_str(text)
-        .map_err(|e| Diagnostic::new(Code::ManifestSyntax, origin, format!("the host file is not valid YAML: {e}"), "fix the YAML syntax at the position shown"))?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+        Diagnostic::new(
+            Code::ManifestSyntax,
+            origin,
+            format!("the host file is not valid YAML: {e}"),
+            "fix the YAML syntax at the position shown",
+        )
+    })?;
     if !value.is_object() {
-        return Err(Diagnostic::new(Code::ManifestShape, origin, "the host file must be a mapping with a `capsules:` list", "start the file with `capsules:` (see docs/host.md)").into());
+        return Err(Diagnostic::new(
+            Code::ManifestShape,
+            origin,
+            "the host file must be a mapping with a `capsules:` list",
+            "start the file with `capsules:` (see docs/host.md)",
+        )
+        .into());
     }
     serde_path_to_error::deserialize::<_, HostFile>(value).map_err(|e| {
         let path = e.path().to_string();
@@ -148,21 +163,41 @@ impl HostFile {
             ));
         }
         if self.capsules.is_empty() {
-            found.push(Diagnostic::new(Code::ManifestInvalid, format!("{origin}: capsules"), "the host runs no capsule", "list at least one capsule: `capsules: [{path: ./my-capsule}]`"));
+            found.push(Diagnostic::new(
+                Code::ManifestInvalid,
+                format!("{origin}: capsules"),
+                "the host runs no capsule",
+                "list at least one capsule: `capsules: [{path: ./my-capsule}]`",
+            ));
         }
         let mut capsules = Vec::new();
         for (i, c) in self.capsules.iter().enumerate() {
             let at = format!("{origin}: capsules[{i}]");
             if c.path.trim().is_empty() {
-                found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.path"), "the path is empty", "point `path` at a capsule folder or its murmur.yaml"));
+                found.push(Diagnostic::new(
+                    Code::ManifestInvalid,
+                    format!("{at}.path"),
+                    "the path is empty",
+                    "point `path` at a capsule folder or its murmur.yaml",
+                ));
                 continue;
             }
             let Some(name) = c.name.clone().or_else(|| folder_name(&c.path)) else {
-                found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.name"), format!("`{}` has no folder name to name the capsule by", c.path), "give the entry a `name`"));
+                found.push(Diagnostic::new(
+                    Code::ManifestInvalid,
+                    format!("{at}.name"),
+                    format!("`{}` has no folder name to name the capsule by", c.path),
+                    "give the entry a `name`",
+                ));
                 continue;
             };
             let workdir = c.workdir.as_deref().map(|w| resolve(base, w)).unwrap_or_else(|| default_workdir(&name));
-            capsules.push(PlannedCapsule { name, manifest: resolve(base, &c.path), workdir, port: c.port.unwrap_or(0) });
+            capsules.push(PlannedCapsule {
+                name,
+                manifest: resolve(base, &c.path),
+                workdir,
+                port: c.port.unwrap_or(0),
+            });
         }
         let port = self.port.unwrap_or(0);
         found.extend(check(&capsules, port, origin));
@@ -179,11 +214,20 @@ impl HostFile {
 pub fn plan_folders(dir: &Path, folders: &[String]) -> Result<HostPlan, Diagnostics> {
     let origin = dir.display().to_string();
     if folders.is_empty() {
-        return Err(Diagnostic::new(Code::ManifestMissing, &origin, "no subfolder holds a murmur.yaml", "pass a folder of capsule folders, or a host.yaml (see docs/host.md); for one capsule use `capsule run`").into());
+        return Err(Diagnostic::new(
+            Code::ManifestMissing,
+            &origin,
+            "no subfolder holds a murmur.yaml",
+            "pass a folder of capsule folders, or a host.yaml (see docs/host.md); for one capsule use `capsule run`",
+        )
+        .into());
     }
     let mut names = folders.to_vec();
     names.sort();
-    let capsules: Vec<PlannedCapsule> = names.iter().map(|n| PlannedCapsule { name: n.clone(), manifest: dir.join(n), workdir: default_workdir(n), port: 0 }).collect();
+    let capsules: Vec<PlannedCapsule> = names
+        .iter()
+        .map(|n| PlannedCapsule { name: n.clone(), manifest: dir.join(n), workdir: default_workdir(n), port: 0 })
+        .collect();
     let found = check(&capsules, 0, &origin);
     if !found.is_empty() {
         return Err(Diagnostics(found));
@@ -202,15 +246,33 @@ fn check(capsules: &[PlannedCapsule], api_port: u16, origin: &str) -> Vec<Diagno
     for (i, c) in capsules.iter().enumerate() {
         let at = format!("{origin}: capsules[{i}]");
         if !valid_name(&c.name) {
-            found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.name"), format!("`{}` must be 1..100 characters of A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.`", c.name), "give the capsule a `name` such as `my-agent`"));
+            found.push(Diagnostic::new(
+                Code::ManifestInvalid,
+                format!("{at}.name"),
+                format!(
+                    "`{}` must be 1..100 characters of A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.`",
+                    c.name
+                ),
+                "give the capsule a `name` such as `my-agent`",
+            ));
         }
         if let Some(first) = names.insert(&c.name, i) {
-            found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.name"), format!("the name `{}` is already used by capsules[{first}]", c.name), "give each capsule a unique `name`"));
+            found.push(Diagnostic::new(
+                Code::ManifestInvalid,
+                format!("{at}.name"),
+                format!("the name `{}` is already used by capsules[{first}]", c.name),
+                "give each capsule a unique `name`",
+            ));
         }
         if c.port != 0
             && let Some(other) = ports.insert(c.port, format!("capsules[{i}]"))
         {
-            found.push(Diagnostic::new(Code::ManifestInvalid, format!("{at}.port"), format!("port {} is also used by {other}", c.port), "give each door its own port, or leave `port` out for an OS-chosen one"));
+            found.push(Diagnostic::new(
+                Code::ManifestInvalid,
+                format!("{at}.port"),
+                format!("port {} is also used by {other}", c.port),
+                "give each door its own port, or leave `port` out for an OS-chosen one",
+            ));
         }
     }
     found
@@ -226,7 +288,8 @@ mod tests {
 
     #[test]
     fn a_minimal_host_file_names_capsules_by_folder_and_resolves_paths_against_its_folder() {
-        let p = plan("capsules:\n  - path: ./hello\n  - {path: agents/writer/murmur.yaml, port: 8701, workdir: w}\n").expect("valid");
+        let p = plan("capsules:\n  - path: ./hello\n  - {path: agents/writer/murmur.yaml, port: 8701, workdir: w}\n")
+            .expect("valid");
         assert_eq!(p.bind, IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(p.port, 0);
         assert_eq!(p.capsules[0].name, "hello");

@@ -49,7 +49,13 @@ pub struct Message {
 impl Message {
     /// A user message with one text block.
     pub fn user_text(text: impl Into<String>) -> Self {
-        Message { role: Role::User, content: vec![Block::Text { text: text.into() }], tool_call_id: None, is_error: None, produced_by: None }
+        Message {
+            role: Role::User,
+            content: vec![Block::Text { text: text.into() }],
+            tool_call_id: None,
+            is_error: None,
+            produced_by: None,
+        }
     }
 
     /// A tool result message.
@@ -65,7 +71,10 @@ impl Message {
 
     /// The concatenated text blocks.
     pub fn text(&self) -> String {
-        self.content.iter().filter_map(|b| if let Block::Text { text } = b { Some(text.as_str()) } else { None }).collect()
+        self.content
+            .iter()
+            .filter_map(|b| if let Block::Text { text } = b { Some(text.as_str()) } else { None })
+            .collect()
     }
 }
 

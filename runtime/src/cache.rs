@@ -69,10 +69,10 @@ impl ComponentCache {
             Some(c) => c,
             None => {
                 let c = Component::new(engine, bytes)?;
-                if let Some(p) = &path {
-                    if let Err(e) = write_atomically(p, &c.serialize()?) {
-                        tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it");
-                    }
+                if let Some(p) = &path
+                    && let Err(e) = write_atomically(p, &c.serialize()?)
+                {
+                    tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it");
                 }
                 c
             }

@@ -81,7 +81,13 @@ fn ticks(d: Duration) -> u64 {
 
 impl LoadedArtifact {
     /// Run one call with the given grants; live events go to `events`.
-    pub async fn call(&self, host: &Host, grants: &Grants, events: Arc<dyn GuestEvents>, input: ToolInput) -> CallOutcome {
+    pub async fn call(
+        &self,
+        host: &Host,
+        grants: &Grants,
+        events: Arc<dyn GuestEvents>,
+        input: ToolInput,
+    ) -> CallOutcome {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let wasi = match grants.wasi_ctx(stderr.clone()) {
             Ok(w) => w,
@@ -114,7 +120,12 @@ impl LoadedArtifact {
             Ok(i) => i,
             Err(e) => {
                 let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
-                return CallOutcome { result: Err(err), instantiate_time: t0.elapsed(), call_time: Duration::ZERO, stderr: stderr_text(&store) };
+                return CallOutcome {
+                    result: Err(err),
+                    instantiate_time: t0.elapsed(),
+                    call_time: Duration::ZERO,
+                    stderr: stderr_text(&store),
+                };
             }
         };
         let instantiate_time = t0.elapsed();
@@ -143,13 +154,29 @@ impl LoadedArtifact {
         CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store) }
     }
 
-    fn classify(&self, e: wasmtime::Error, store: &Store<StoreState>, deadline: Duration, instantiating: bool) -> CallError {
+    fn classify(
+        &self,
+        e: wasmtime::Error,
+        store: &Store<StoreState>,
+        deadline: Duration,
+        instantiating: bool,
+    ) -> CallError {
         let lim = &store.data().limiter;
         if lim.memory_refused {
-            return CallError::MemoryLimit { artifact: self.name.clone(), what: "memory", limit: lim.memory_bytes, key: "memory_bytes" };
+            return CallError::MemoryLimit {
+                artifact: self.name.clone(),
+                what: "memory",
+                limit: lim.memory_bytes,
+                key: "memory_bytes",
+            };
         }
         if lim.table_refused {
-            return CallError::MemoryLimit { artifact: self.name.clone(), what: "a table", limit: u64::from(lim.table_elements), key: "table_elements" };
+            return CallError::MemoryLimit {
+                artifact: self.name.clone(),
+                what: "a table",
+                limit: u64::from(lim.table_elements),
+                key: "table_elements",
+            };
         }
         let trap = e.downcast_ref::<Trap>().copied();
         if trap == Some(Trap::Interrupt) {

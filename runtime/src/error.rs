@@ -11,7 +11,9 @@ pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file does not exist or cannot be read.
-    #[error("E-CAP-001: artifact `{artifact}`: cannot read {path}; check `source:` (relative paths resolve against the manifest's folder)")]
+    #[error(
+        "E-CAP-001: artifact `{artifact}`: cannot read {path}; check `source:` (relative paths resolve against the manifest's folder)"
+    )]
     Read {
         /// Artifact name.
         artifact: String,
@@ -22,7 +24,9 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The bytes are not a WebAssembly component.
-    #[error("E-CAP-002: artifact `{artifact}`: {path} is not a WebAssembly component ({what}); build it for wasm32-wasip2 as a component")]
+    #[error(
+        "E-CAP-002: artifact `{artifact}`: {path} is not a WebAssembly component ({what}); build it for wasm32-wasip2 as a component"
+    )]
     NotComponent {
         /// Artifact name.
         artifact: String,
@@ -32,7 +36,9 @@ pub enum LoadError {
         what: &'static str,
     },
     /// The component lacks `murmur:tool/run@0.1.0`.
-    #[error("E-CAP-003: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it")]
+    #[error(
+        "E-CAP-003: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it"
+    )]
     MissingExport {
         /// Artifact name.
         artifact: String,
@@ -40,7 +46,9 @@ pub enum LoadError {
         exports: String,
     },
     /// The component imports an interface the host does not provide.
-    #[error("E-CAP-004: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)")]
+    #[error(
+        "E-CAP-004: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)"
+    )]
     UnknownImport {
         /// Artifact name.
         artifact: String,
@@ -75,7 +83,9 @@ impl LoadError {
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// The call ran past its deadline and was interrupted.
-    #[error("E-RUN-030: `{artifact}` ran past its deadline of {seconds} s and was stopped; raise capabilities.limits.deadline_seconds if the work is legitimately long")]
+    #[error(
+        "E-RUN-030: `{artifact}` ran past its deadline of {seconds} s and was stopped; raise capabilities.limits.deadline_seconds if the work is legitimately long"
+    )]
     Deadline {
         /// Artifact name.
         artifact: String,
@@ -83,7 +93,9 @@ pub enum CallError {
         seconds: f64,
     },
     /// The guest tried to grow memory (or a table) past its limit.
-    #[error("E-RUN-031: `{artifact}` tried to grow {what} past its limit of {limit}; raise capabilities.limits.{key} if it legitimately needs more")]
+    #[error(
+        "E-RUN-031: `{artifact}` tried to grow {what} past its limit of {limit}; raise capabilities.limits.{key} if it legitimately needs more"
+    )]
     MemoryLimit {
         /// Artifact name.
         artifact: String,

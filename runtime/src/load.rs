@@ -17,11 +17,13 @@ use crate::state::StoreState;
 pub const REQUIRED_EXPORT: &str = "murmur:tool/run@0.1.0";
 
 /// The `murmur:*` interfaces a component may import.
-pub const ALLOWED_MURMUR_IMPORTS: [&str; 3] = ["murmur:stream/events@0.1.0", "murmur:text/chunks@0.1.0", "murmur:task/task@0.1.0"];
+pub const ALLOWED_MURMUR_IMPORTS: [&str; 3] =
+    ["murmur:stream/events@0.1.0", "murmur:text/chunks@0.1.0", "murmur:task/task@0.1.0"];
 
 /// WASI 0.2 packages a component may import (any 0.2.x version). Sockets are linked but the
 /// context grants none, so importing them is allowed and useless.
-const ALLOWED_WASI: [&str; 7] = ["wasi:cli/", "wasi:clocks/", "wasi:random/", "wasi:io/", "wasi:filesystem/", "wasi:http/", "wasi:sockets/"];
+const ALLOWED_WASI: [&str; 7] =
+    ["wasi:cli/", "wasi:clocks/", "wasi:random/", "wasi:io/", "wasi:filesystem/", "wasi:http/", "wasi:sockets/"];
 
 /// A checked, compiled and pre-linked artifact.
 #[derive(Clone)]
@@ -36,18 +38,26 @@ pub struct LoadedArtifact {
 
 impl std::fmt::Debug for LoadedArtifact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedArtifact").field("name", &self.name).field("cache_hit", &self.cache_hit).finish_non_exhaustive()
+        f.debug_struct("LoadedArtifact")
+            .field("name", &self.name)
+            .field("cache_hit", &self.cache_hit)
+            .finish_non_exhaustive()
     }
 }
 
 fn allowed_import(name: &str) -> bool {
-    ALLOWED_MURMUR_IMPORTS.contains(&name) || (ALLOWED_WASI.iter().any(|p| name.starts_with(p)) && name.contains("@0.2."))
+    ALLOWED_MURMUR_IMPORTS.contains(&name)
+        || (ALLOWED_WASI.iter().any(|p| name.starts_with(p)) && name.contains("@0.2."))
 }
 
 impl LoadedArtifact {
     /// Load the artifact `name` from a `.wasm` file.
     pub fn load_file(host: &Host, name: &str, path: &Path) -> Result<LoadedArtifact, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { artifact: name.into(), path: path.into(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            artifact: name.into(),
+            path: path.into(),
+            source,
+        })?;
         Self::load_bytes(host, name, path, &bytes)
     }
 
@@ -57,11 +67,22 @@ impl LoadedArtifact {
         match bytes.get(0..8) {
             Some([0, b'a', b's', b'm', 0x0d, 0, 1, 0]) => {}
             Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {
-                return Err(LoadError::NotComponent { artifact: name.into(), path: path.into(), what: "a core WebAssembly module, not a component" });
+                return Err(LoadError::NotComponent {
+                    artifact: name.into(),
+                    path: path.into(),
+                    what: "a core WebAssembly module, not a component",
+                });
             }
-            _ => return Err(LoadError::NotComponent { artifact: name.into(), path: path.into(), what: "not WebAssembly at all" }),
+            _ => {
+                return Err(LoadError::NotComponent {
+                    artifact: name.into(),
+                    path: path.into(),
+                    what: "not WebAssembly at all",
+                });
+            }
         }
-        let (component, cache_hit) = host.cache.get_or_compile(&host.engine, bytes).map_err(|e| compile_err(name, e))?;
+        let (component, cache_hit) =
+            host.cache.get_or_compile(&host.engine, bytes).map_err(|e| compile_err(name, e))?;
         let ty = component.component_type();
         for (import, _) in ty.imports(&host.engine) {
             if !allowed_import(import) {
@@ -70,7 +91,11 @@ impl LoadedArtifact {
         }
         let exports: Vec<String> = ty.exports(&host.engine).map(|(n, _)| n.to_string()).collect();
         if !exports.iter().any(|n| n == REQUIRED_EXPORT) {
-            let list = if exports.is_empty() { "nothing".to_string() } else { exports.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ") };
+            let list = if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+            };
             return Err(LoadError::MissingExport { artifact: name.into(), exports: list });
         }
         let pre = host.linker.instantiate_pre(&component).map_err(|e| compile_err(name, e))?;

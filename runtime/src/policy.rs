@@ -94,12 +94,20 @@ pub struct OutgoingPolicy {
 }
 
 impl OutgoingPolicy {
-    fn rewrite(&self, gw: &GatewayRoute, mut request: http::Request<WasiBody>) -> Result<http::Request<WasiBody>, HttpError> {
+    fn rewrite(
+        &self,
+        gw: &GatewayRoute,
+        mut request: http::Request<WasiBody>,
+    ) -> Result<http::Request<WasiBody>, HttpError> {
         let guest_path = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_string();
         let base_path = gw.endpoint.path().trim_end_matches('/');
         let joined = format!("{base_path}{guest_path}");
         // An endpoint ending in `/v1` and a guest path starting with `/v1/` would double it.
-        let joined = if base_path.ends_with("/v1") && guest_path.starts_with("/v1/") { format!("{base_path}{}", &guest_path[3..]) } else { joined };
+        let joined = if base_path.ends_with("/v1") && guest_path.starts_with("/v1/") {
+            format!("{base_path}{}", &guest_path[3..])
+        } else {
+            joined
+        };
         let authority = gw.endpoint.authority().ok_or(HttpError::HttpRequestUriInvalid)?.clone();
         let uri = Uri::builder()
             .scheme(gw.endpoint.scheme().cloned().unwrap_or(http::uri::Scheme::HTTPS))
@@ -118,8 +126,12 @@ impl OutgoingPolicy {
         }
         let credential = match (&gw.fixed, &gw.key) {
             (Some(fixed), _) => fixed.clone(),
-            (None, Some(key)) if anthropic_style => Credential::templated("x-api-key", "{key}", &key.0).unwrap_or(Credential::None),
-            (None, Some(key)) => Credential::templated("authorization", "Bearer {key}", &key.0).unwrap_or(Credential::None),
+            (None, Some(key)) if anthropic_style => {
+                Credential::templated("x-api-key", "{key}", &key.0).unwrap_or(Credential::None)
+            }
+            (None, Some(key)) => {
+                Credential::templated("authorization", "Bearer {key}", &key.0).unwrap_or(Credential::None)
+            }
             (None, None) => Credential::None,
         };
         if let Credential::Header { name, value } = credential {
@@ -149,10 +161,22 @@ impl OutgoingPolicy {
     }
 }
 
-type SendFuture = Box<dyn Future<Output = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError>> + Send>;
+type SendFuture = Box<
+    dyn Future<
+            Output = Result<
+                (http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>),
+                HttpError,
+            >,
+        > + Send,
+>;
 
 impl WasiHttpHooks for OutgoingPolicy {
-    fn send_request(&mut self, request: http::Request<WasiBody>, options: Option<RequestOptions>, fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>) -> SendFuture {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
         drop(fut);
         let decided = self.decide(request);
         Box::new(async move {
@@ -182,7 +206,11 @@ mod tests {
     fn gw(endpoint: &str) -> OutgoingPolicy {
         OutgoingPolicy {
             allow: vec![],
-            gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("uri"), fixed: None, key: Some(SecretKey("sk-test".into())) }),
+            gateway: Some(GatewayRoute {
+                endpoint: endpoint.parse().expect("uri"),
+                fixed: None,
+                key: Some(SecretKey("sk-test".into())),
+            }),
         }
     }
 
@@ -196,7 +224,8 @@ mod tests {
 
     #[test]
     fn openai_style_paths_get_a_bearer_and_v1_is_not_doubled() {
-        let out = gw("http://127.0.0.1:8080/v1").decide(req("http://127.0.0.1:1/v1/chat/completions")).expect("allowed");
+        let out =
+            gw("http://127.0.0.1:8080/v1").decide(req("http://127.0.0.1:1/v1/chat/completions")).expect("allowed");
         assert_eq!(out.uri().to_string(), "http://127.0.0.1:8080/v1/chat/completions");
         assert_eq!(out.headers()["authorization"], "Bearer sk-test");
         assert!(out.headers().get("x-api-key").is_none());
@@ -207,6 +236,9 @@ mod tests {
         let p = OutgoingPolicy { allow: vec![AllowRule::parse("https://ok.example").expect("rule")], gateway: None };
         assert!(matches!(p.decide(req("http://evil.example/")), Err(HttpError::HttpRequestDenied)));
         assert!(p.decide(req("https://ok.example/x")).is_ok());
-        assert!(matches!(p.decide(req("http://127.0.0.1:1/v1/messages")), Err(HttpError::HttpRequestDenied)), "no gateway for this artifact");
+        assert!(
+            matches!(p.decide(req("http://127.0.0.1:1/v1/messages")), Err(HttpError::HttpRequestDenied)),
+            "no gateway for this artifact"
+        );
     }
 }

@@ -27,11 +27,7 @@ fn message_id(plan: &Plan) -> String {
 
 /// The stop reason the turn ends with.
 fn stop_reason(plan: &Plan) -> &'static str {
-    if plan.tools.is_empty() {
-        "end_turn"
-    } else {
-        "tool_use"
-    }
+    if plan.tools.is_empty() { "end_turn" } else { "tool_use" }
 }
 
 /// Usage as Anthropic reports it; `output_tokens` is the given figure.
@@ -63,47 +59,24 @@ pub(crate) fn stream(plan: &Plan) -> Vec<Bytes> {
         "stop_sequence": null,
         "usage": usage(&plan.usage, 1),
     });
-    events.push(event(
-        "message_start",
-        &json!({"type": "message_start", "message": start}),
-    ));
+    events.push(event("message_start", &json!({"type": "message_start", "message": start})));
     events.push(event("ping", &json!({"type": "ping"})));
 
     let mut index = 0usize;
     let block_start = |index: usize, block: Value| {
-        event(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": block}),
-        )
+        event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": block}))
     };
     let delta = |index: usize, delta: Value| {
-        event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        )
+        event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": delta}))
     };
-    let block_stop = |index: usize| {
-        event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        )
-    };
+    let block_stop = |index: usize| event("content_block_stop", &json!({"type": "content_block_stop", "index": index}));
 
     if let Some((pieces, signature)) = &plan.thinking {
-        events.push(block_start(
-            index,
-            json!({"type": "thinking", "thinking": ""}),
-        ));
+        events.push(block_start(index, json!({"type": "thinking", "thinking": ""})));
         for piece in pieces {
-            events.push(delta(
-                index,
-                json!({"type": "thinking_delta", "thinking": piece}),
-            ));
+            events.push(delta(index, json!({"type": "thinking_delta", "thinking": piece})));
         }
-        events.push(delta(
-            index,
-            json!({"type": "signature_delta", "signature": signature}),
-        ));
+        events.push(delta(index, json!({"type": "signature_delta", "signature": signature})));
         events.push(block_stop(index));
         index += 1;
     }
@@ -135,10 +108,7 @@ pub(crate) fn stream(plan: &Plan) -> Vec<Bytes> {
             }),
         ));
         for piece in &tool.pieces {
-            events.push(delta(
-                index,
-                json!({"type": "input_json_delta", "partial_json": piece}),
-            ));
+            events.push(delta(index, json!({"type": "input_json_delta", "partial_json": piece})));
         }
         events.push(block_stop(index));
         index += 1;
@@ -160,8 +130,7 @@ pub(crate) fn stream(plan: &Plan) -> Vec<Bytes> {
 pub(crate) fn message(plan: &Plan) -> Value {
     let mut content = Vec::new();
     if let Some((pieces, signature)) = &plan.thinking {
-        content
-            .push(json!({"type": "thinking", "thinking": pieces.concat(), "signature": signature}));
+        content.push(json!({"type": "thinking", "thinking": pieces.concat(), "signature": signature}));
     }
     if let Some(pieces) = &plan.text {
         content.push(json!({"type": "text", "text": pieces.concat()}));

@@ -80,12 +80,7 @@ pub(crate) fn event_body(
         feed.time();
         if feed.cut {
             feed.cut = false;
-            return Some((
-                Err(std::io::Error::other(
-                    "the stub script cuts the connection here",
-                )),
-                feed,
-            ));
+            return Some((Err(std::io::Error::other("the stub script cuts the connection here")), feed));
         }
         None
     });

@@ -35,7 +35,7 @@ pub use cli::serve_cli;
 pub use error::StubError;
 pub use record::{Provider, RecordedRequest};
 pub use script::{
-    DEFAULT_CHUNK_CHARS, DEFAULT_DELTA_BYTES, HttpError, RawResponse, Script, StreamError,
-    Thinking, ToolCall, Turn, Usage,
+    DEFAULT_CHUNK_CHARS, DEFAULT_DELTA_BYTES, HttpError, RawResponse, Script, StreamError, Thinking, ToolCall, Turn,
+    Usage,
 };
 pub use server::{Stub, StubHandle};

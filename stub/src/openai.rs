@@ -29,11 +29,7 @@ fn completion_id(plan: &Plan) -> String {
 
 /// The finish reason the turn ends with.
 fn finish_reason(plan: &Plan) -> &'static str {
-    if plan.tools.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    }
+    if plan.tools.is_empty() { "stop" } else { "tool_calls" }
 }
 
 /// Usage as OpenAI reports it; `prompt_tokens_details` only when cached tokens are scripted.
@@ -45,10 +41,7 @@ fn usage(plan: &Plan) -> Value {
         "total_tokens": u.input.saturating_add(u.output),
     });
     if let (Some(cached), Some(fields)) = (u.cached, usage.as_object_mut()) {
-        fields.insert(
-            "prompt_tokens_details".to_owned(),
-            json!({"cached_tokens": cached}),
-        );
+        fields.insert("prompt_tokens_details".to_owned(), json!({"cached_tokens": cached}));
     }
     usage
 }
@@ -96,10 +89,7 @@ pub(crate) fn stream(plan: &Plan, include_usage: bool) -> Vec<Bytes> {
             None,
         ));
         for piece in &tool.pieces {
-            events.push(chunk(
-                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
-                None,
-            ));
+            events.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}), None));
         }
     }
 
@@ -120,10 +110,7 @@ pub(crate) fn stream(plan: &Plan, include_usage: bool) -> Vec<Bytes> {
 
 /// The non-streaming answer.
 pub(crate) fn completion(plan: &Plan) -> Value {
-    let content = plan
-        .text
-        .as_ref()
-        .map_or(Value::Null, |pieces| Value::String(pieces.concat()));
+    let content = plan.text.as_ref().map_or(Value::Null, |pieces| Value::String(pieces.concat()));
     let mut message = json!({"role": "assistant", "content": content});
     if !plan.tools.is_empty()
         && let Some(fields) = message.as_object_mut()

@@ -76,16 +76,8 @@ impl Plan {
     /// Cuts `script.turns[turn]` into pieces. `turn` must be in range.
     pub(crate) fn new(script: &Script, turn: usize, model: String, created: u64) -> Self {
         let spec: &Turn = &script.turns[turn];
-        let thinking = spec.thinking.as_ref().map(|t| {
-            (
-                split_chars(&t.text, script.chunk_chars),
-                t.signature.clone(),
-            )
-        });
-        let text = spec
-            .text
-            .as_deref()
-            .map(|t| split_chars(t, script.chunk_chars));
+        let thinking = spec.thinking.as_ref().map(|t| (split_chars(&t.text, script.chunk_chars), t.signature.clone()));
+        let text = spec.text.as_deref().map(|t| split_chars(t, script.chunk_chars));
         let first = script.first_tool_number(turn);
         let tools: Vec<PlannedTool> = spec
             .tool_calls
@@ -113,16 +105,7 @@ impl Plan {
             }),
             cached: scripted.cached_tokens,
         };
-        Self {
-            turn,
-            model,
-            created,
-            thinking,
-            text,
-            tools,
-            usage,
-            stream_error: spec.stream_error.clone(),
-        }
+        Self { turn, model, created, thinking, text, tools, usage, stream_error: spec.stream_error.clone() }
     }
 }
 

@@ -36,15 +36,11 @@ pub(crate) fn load_bodies(script: &Script) -> Result<Vec<Option<Bytes>>, StubErr
 fn body(turn: usize, raw: &RawResponse) -> Result<Bytes, StubError> {
     match (&raw.body, &raw.body_file) {
         (Some(text), _) => Ok(Bytes::from(text.clone())),
-        (None, Some(path)) => {
-            std::fs::read(path)
-                .map(Bytes::from)
-                .map_err(|source| StubError::ReadRawBody {
-                    turn,
-                    path: path.clone(),
-                    source,
-                })
-        }
+        (None, Some(path)) => std::fs::read(path).map(Bytes::from).map_err(|source| StubError::ReadRawBody {
+            turn,
+            path: path.clone(),
+            source,
+        }),
         // `Script::validate` refuses a raw turn without a body source before the stub starts.
         (None, None) => Ok(Bytes::new()),
     }
@@ -53,34 +49,19 @@ fn body(turn: usize, raw: &RawResponse) -> Result<Bytes, StubError> {
 /// Cuts `body` every `size` bytes (the last piece may be shorter). An empty body has no pieces.
 pub(crate) fn frames(body: &Bytes, size: usize) -> Vec<Bytes> {
     let size = size.max(1);
-    (0..body.len())
-        .step_by(size)
-        .map(|start| body.slice(start..(start + size).min(body.len())))
-        .collect()
+    (0..body.len()).step_by(size).map(|start| body.slice(start..(start + size).min(body.len()))).collect()
 }
 
 /// The answer for a raw turn whose bytes are `body`.
-pub(crate) fn answer(
-    shared: &Arc<Shared>,
-    entry: Entry,
-    raw: &RawResponse,
-    body: Bytes,
-) -> Response {
+pub(crate) fn answer(shared: &Arc<Shared>, entry: Entry, raw: &RawResponse, body: Bytes) -> Response {
     let mut response = match raw.chunk_bytes {
-        Some(size) => Response::new(event_body(
-            Arc::clone(shared),
-            entry,
-            frames(&body, size),
-            false,
-            None,
-        )),
+        Some(size) => Response::new(event_body(Arc::clone(shared), entry, frames(&body, size), false, None)),
         None => {
             shared.recorder.finish(entry);
             Response::new(Body::from(body))
         }
     };
-    *response.status_mut() =
-        StatusCode::from_u16(raw.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() = StatusCode::from_u16(raw.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     // Both were checked by `Script::validate` when the stub started.
     if let Ok(value) = HeaderValue::from_str(&raw.content_type) {
         response.headers_mut().insert(header::CONTENT_TYPE, value);
@@ -96,10 +77,7 @@ mod tests {
     fn frames_are_cut_on_byte_counts_even_inside_a_character() {
         let body = Bytes::from("aé日b");
         let pieces = frames(&body, 2);
-        assert_eq!(
-            pieces,
-            [&b"a\xc3"[..], b"\xa9\xe6", b"\x97\xa5", b"b"].map(Bytes::from_static)
-        );
+        assert_eq!(pieces, [&b"a\xc3"[..], b"\xa9\xe6", b"\x97\xa5", b"b"].map(Bytes::from_static));
         assert!(frames(&Bytes::new(), 3).is_empty());
         assert_eq!(frames(&Bytes::from("abc"), 10), [Bytes::from("abc")]);
     }

@@ -83,9 +83,7 @@ impl Recorder {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic elsewhere while holding the lock cannot leave the log half-written (every update
         // is a single push or field store), so a poisoned lock is still safe to use.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Appends a request. When `provider` is set it is a model request and takes the next turn.
@@ -112,9 +110,7 @@ impl Recorder {
 
     /// Notes that one frame of this request's answer is being handed to the HTTP server now.
     pub(crate) fn sent(&self, entry: Entry) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos());
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_nanos());
         if let Some(request) = self.lock().requests.get_mut(entry.index) {
             request.event_sent_unix_ns.push(now);
         }

@@ -145,18 +145,12 @@ fn default_raw_content_type() -> String {
 impl RawResponse {
     /// A 200 `text/event-stream` answer with this body, sent whole.
     pub fn body(body: impl Into<String>) -> Self {
-        Self {
-            body: Some(body.into()),
-            ..Self::file_or_body()
-        }
+        Self { body: Some(body.into()), ..Self::file_or_body() }
     }
 
     /// A 200 `text/event-stream` answer with the bytes of this file, sent whole.
     pub fn file(path: impl Into<PathBuf>) -> Self {
-        Self {
-            body_file: Some(path.into()),
-            ..Self::file_or_body()
-        }
+        Self { body_file: Some(path.into()), ..Self::file_or_body() }
     }
 
     /// The defaults, with neither body source set.
@@ -174,14 +168,10 @@ impl RawResponse {
     fn problem(&self) -> Option<String> {
         match (&self.body_file, &self.body) {
             (Some(_), Some(_)) => {
-                return Some(
-                    "raw has both body_file and body; give exactly one of them".to_owned(),
-                );
+                return Some("raw has both body_file and body; give exactly one of them".to_owned());
             }
             (None, None) => {
-                return Some(
-                    "raw has neither body_file nor body; give exactly one of them".to_owned(),
-                );
+                return Some("raw has neither body_file nor body; give exactly one of them".to_owned());
             }
             _ => {}
         }
@@ -189,16 +179,10 @@ impl RawResponse {
             return Some("raw.chunk_bytes must be at least 1".to_owned());
         }
         if axum::http::StatusCode::from_u16(self.status).is_err() {
-            return Some(format!(
-                "raw.status {} is not an HTTP status code",
-                self.status
-            ));
+            return Some(format!("raw.status {} is not an HTTP status code", self.status));
         }
         if axum::http::HeaderValue::from_str(&self.content_type).is_err() {
-            return Some(format!(
-                "raw.content_type {:?} cannot be sent as a header value",
-                self.content_type
-            ));
+            return Some(format!("raw.content_type {:?} cannot be sent as a header value", self.content_type));
         }
         None
     }
@@ -273,19 +257,13 @@ pub struct StreamError {
 impl Script {
     /// A script with these turns and the default chunk sizes.
     pub fn new(turns: Vec<Turn>) -> Self {
-        Self {
-            turns,
-            chunk_chars: DEFAULT_CHUNK_CHARS,
-            delta_bytes: DEFAULT_DELTA_BYTES,
-        }
+        Self { turns, chunk_chars: DEFAULT_CHUNK_CHARS, delta_bytes: DEFAULT_DELTA_BYTES }
     }
 
     /// Parses a script from YAML or JSON text and validates it.
     pub fn parse(text: &str) -> Result<Self, StubError> {
         let script: Self =
-            serde_saphyr::from_str(text).map_err(|source| StubError::ParseScript {
-                source: Box::new(source),
-            })?;
+            serde_saphyr::from_str(text).map_err(|source| StubError::ParseScript { source: Box::new(source) })?;
         script.validate()?;
         Ok(script)
     }
@@ -293,14 +271,10 @@ impl Script {
     /// Reads, parses and validates a script file. Errors name the file. A raw turn's relative
     /// `body_file` is resolved against the file's folder.
     pub fn load(path: &Path) -> Result<Self, StubError> {
-        let text = std::fs::read_to_string(path).map_err(|source| StubError::ReadScriptFile {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut script = Self::parse(&text).map_err(|source| StubError::ScriptFile {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| StubError::ReadScriptFile { path: path.to_path_buf(), source })?;
+        let mut script = Self::parse(&text)
+            .map_err(|source| StubError::ScriptFile { path: path.to_path_buf(), source: Box::new(source) })?;
         if let Some(folder) = path.parent() {
             script.resolve_body_files(folder);
         }
@@ -320,21 +294,15 @@ impl Script {
     /// Checks what the type system cannot: non-zero chunk sizes and sendable HTTP statuses.
     pub fn validate(&self) -> Result<(), StubError> {
         if self.chunk_chars == 0 {
-            return Err(StubError::InvalidScript {
-                reason: "chunk_chars must be at least 1".to_owned(),
-            });
+            return Err(StubError::InvalidScript { reason: "chunk_chars must be at least 1".to_owned() });
         }
         if self.delta_bytes == 0 {
-            return Err(StubError::InvalidScript {
-                reason: "delta_bytes must be at least 1".to_owned(),
-            });
+            return Err(StubError::InvalidScript { reason: "delta_bytes must be at least 1".to_owned() });
         }
         for (index, turn) in self.turns.iter().enumerate() {
             if let Some(raw) = &turn.raw {
                 if let Some(problem) = raw.problem() {
-                    return Err(StubError::InvalidScript {
-                        reason: format!("turn {index}: {problem}"),
-                    });
+                    return Err(StubError::InvalidScript { reason: format!("turn {index}: {problem}") });
                 }
                 if let Some(field) = turn.answer_field() {
                     return Err(StubError::InvalidScript {
@@ -348,10 +316,7 @@ impl Script {
                 && axum::http::StatusCode::from_u16(error.status).is_err()
             {
                 return Err(StubError::InvalidScript {
-                    reason: format!(
-                        "turn {index}: http_error.status {} is not an HTTP status code",
-                        error.status
-                    ),
+                    reason: format!("turn {index}: http_error.status {} is not an HTTP status code", error.status),
                 });
             }
         }
@@ -361,42 +326,24 @@ impl Script {
     /// The number the stub gives the first id-less tool call of `turn`: calls are numbered
     /// through the whole script in order, starting at 1, whether or not they carry an id.
     pub(crate) fn first_tool_number(&self, turn: usize) -> usize {
-        1 + self
-            .turns
-            .iter()
-            .take(turn)
-            .map(|t| t.tool_calls.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
+        1 + self.turns.iter().take(turn).map(|t| t.tool_calls.as_ref().map_or(0, Vec::len)).sum::<usize>()
     }
 }
 
 impl Turn {
     /// A turn that answers with this text.
     pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            text: Some(text.into()),
-            ..Self::default()
-        }
+        Self { text: Some(text.into()), ..Self::default() }
     }
 
     /// A turn that asks for one tool call (the id is assigned by the stub).
     pub fn tool_call(name: impl Into<String>, input: serde_json::Value) -> Self {
-        Self {
-            tool_calls: Some(vec![ToolCall {
-                id: None,
-                name: name.into(),
-                input,
-            }]),
-            ..Self::default()
-        }
+        Self { tool_calls: Some(vec![ToolCall { id: None, name: name.into(), input }]), ..Self::default() }
     }
 
     /// A turn that replays a recorded response.
     pub fn raw(raw: RawResponse) -> Self {
-        Self {
-            raw: Some(raw),
-            ..Self::default()
-        }
+        Self { raw: Some(raw), ..Self::default() }
     }
 
     /// The first field, other than `raw` and `delay_ms`, that shapes the answer, if any is set.
@@ -419,13 +366,7 @@ impl Turn {
 
     /// A turn that answers with an HTTP error status and a JSON body.
     pub fn http_error(status: u16, body: impl Into<String>) -> Self {
-        Self {
-            http_error: Some(HttpError {
-                status,
-                body: body.into(),
-            }),
-            ..Self::default()
-        }
+        Self { http_error: Some(HttpError { status, body: body.into() }), ..Self::default() }
     }
 }
 
@@ -442,10 +383,7 @@ mod tests {
         assert_eq!(script.chunk_chars, 8);
         assert_eq!(script.delta_bytes, 16);
         assert_eq!(script.turns[0].text.as_deref(), Some("hello"));
-        let calls = script.turns[1]
-            .tool_calls
-            .as_ref()
-            .expect("turn 1 has calls");
+        let calls = script.turns[1].tool_calls.as_ref().expect("turn 1 has calls");
         assert_eq!(calls[0].input, serde_json::json!({"path": "a.txt"}));
     }
 
@@ -456,10 +394,7 @@ mod tests {
         )
         .expect("JSON is valid YAML");
         assert_eq!(script.chunk_chars, 2);
-        assert_eq!(
-            script.turns[0].usage.as_ref().and_then(|u| u.input_tokens),
-            Some(3)
-        );
+        assert_eq!(script.turns[0].usage.as_ref().and_then(|u| u.input_tokens), Some(3));
     }
 
     #[test]
@@ -478,18 +413,11 @@ mod tests {
 
     #[test]
     fn a_raw_turn_needs_exactly_one_body_source() {
-        let both = Script::parse("turns:\n  - raw: {body: 'x', body_file: a.sse}\n")
-            .expect_err("both sources are refused");
-        assert!(
-            both.to_string().contains("both body_file and body"),
-            "{both}"
-        );
-        let neither =
-            Script::parse("turns:\n  - raw: {status: 200}\n").expect_err("no source is refused");
-        assert!(
-            neither.to_string().contains("neither body_file nor body"),
-            "{neither}"
-        );
+        let both =
+            Script::parse("turns:\n  - raw: {body: 'x', body_file: a.sse}\n").expect_err("both sources are refused");
+        assert!(both.to_string().contains("both body_file and body"), "{both}");
+        let neither = Script::parse("turns:\n  - raw: {status: 200}\n").expect_err("no source is refused");
+        assert!(neither.to_string().contains("neither body_file nor body"), "{neither}");
     }
 
     #[test]
@@ -497,28 +425,16 @@ mod tests {
         let script = Script::parse("turns:\n  - raw: {body: 'data: x'}\n").expect("valid");
         assert_eq!(script.turns[0].raw, Some(RawResponse::body("data: x")));
         let raw = RawResponse::body("");
-        assert_eq!(
-            (raw.status, raw.content_type.as_str()),
-            (200, "text/event-stream")
-        );
+        assert_eq!((raw.status, raw.content_type.as_str()), (200, "text/event-stream"));
     }
 
     #[test]
     fn a_raw_turn_refuses_zero_chunks_bad_headers_and_other_answer_fields() {
         for (script, says) in [
-            (
-                "turns:\n  - raw: {body: x, chunk_bytes: 0}\n",
-                "chunk_bytes",
-            ),
+            ("turns:\n  - raw: {body: x, chunk_bytes: 0}\n", "chunk_bytes"),
             ("turns:\n  - raw: {body: x, status: 42}\n", "raw.status 42"),
-            (
-                "turns:\n  - raw: {body: x, content_type: \"a\\nb\"}\n",
-                "content_type",
-            ),
-            (
-                "turns:\n  - raw: {body: x}\n    text: hi\n",
-                "text cannot be set",
-            ),
+            ("turns:\n  - raw: {body: x, content_type: \"a\\nb\"}\n", "content_type"),
+            ("turns:\n  - raw: {body: x}\n    text: hi\n", "text cannot be set"),
             ("turns:\n  - raw: {body: x}\n    raw_typo: 1\n", ""),
         ] {
             let error = Script::parse(script).expect_err(script);
@@ -529,45 +445,23 @@ mod tests {
 
     #[test]
     fn event_interval_ms_parses_per_turn_and_is_refused_beside_raw() {
-        let script = Script::parse("turns:\n  - text: hi\n    event_interval_ms: 3\n  - text: bye\n")
-            .expect("valid");
+        let script = Script::parse("turns:\n  - text: hi\n    event_interval_ms: 3\n  - text: bye\n").expect("valid");
         assert_eq!(script.turns[0].event_interval_ms, Some(3));
         assert_eq!(script.turns[1].event_interval_ms, None, "the pause is per turn");
         let error = Script::parse("turns:\n  - raw: {body: x}\n    event_interval_ms: 3\n")
             .expect_err("raw replaces the whole answer");
-        assert!(
-            error.to_string().contains("event_interval_ms cannot be set"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("event_interval_ms cannot be set"), "{error}");
     }
 
     #[test]
     fn a_relative_body_file_is_resolved_against_the_script_folder_only_when_loaded() {
-        let mut script = Script::new(vec![
-            Turn::raw(RawResponse::file("cases/a.sse")),
-            Turn::raw(RawResponse::file("/abs/b.sse")),
-        ]);
+        let mut script =
+            Script::new(vec![Turn::raw(RawResponse::file("cases/a.sse")), Turn::raw(RawResponse::file("/abs/b.sse"))]);
         script.resolve_body_files(Path::new("/scripts"));
-        let files: Vec<_> = script
-            .turns
-            .iter()
-            .filter_map(|t| t.raw.as_ref()?.body_file.clone())
-            .collect();
-        assert_eq!(
-            files,
-            [
-                PathBuf::from("/scripts/cases/a.sse"),
-                PathBuf::from("/abs/b.sse")
-            ]
-        );
+        let files: Vec<_> = script.turns.iter().filter_map(|t| t.raw.as_ref()?.body_file.clone()).collect();
+        assert_eq!(files, [PathBuf::from("/scripts/cases/a.sse"), PathBuf::from("/abs/b.sse")]);
         let parsed = Script::parse("turns:\n  - raw: {body_file: cases/a.sse}\n").expect("valid");
-        assert_eq!(
-            parsed.turns[0]
-                .raw
-                .as_ref()
-                .and_then(|r| r.body_file.clone()),
-            Some(PathBuf::from("cases/a.sse"))
-        );
+        assert_eq!(parsed.turns[0].raw.as_ref().and_then(|r| r.body_file.clone()), Some(PathBuf::from("cases/a.sse")));
     }
 
     #[test]

@@ -76,27 +76,17 @@ impl Stub {
     pub fn start_on(script: Script, port: u16) -> Result<StubHandle, StubError> {
         script.validate()?;
         let raw_bodies = raw::load_bodies(&script)?;
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|source| StubError::NoRuntime { source })?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|source| StubError::NoRuntime { source })?;
         let wanted = SocketAddr::from(([127, 0, 0, 1], port));
-        let bind_error = |source| StubError::Bind {
-            addr: wanted,
-            source,
-        };
+        let bind_error = |source| StubError::Bind { addr: wanted, source };
         let listener = std::net::TcpListener::bind(wanted).map_err(bind_error)?;
         listener.set_nonblocking(true).map_err(bind_error)?;
         let listener = tokio::net::TcpListener::from_std(listener).map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
 
-        let shared = Arc::new(Shared {
-            script,
-            recorder: Recorder::default(),
-            raw_bodies,
-        });
-        let app = Router::new()
-            .route("/_stub/requests", get(list_requests))
-            .fallback(answer)
-            .with_state(Arc::clone(&shared));
+        let shared = Arc::new(Shared { script, recorder: Recorder::default(), raw_bodies });
+        let app =
+            Router::new().route("/_stub/requests", get(list_requests)).fallback(answer).with_state(Arc::clone(&shared));
         let (stop, mut stopped) = watch::channel(false);
         let task = runtime.spawn(async move {
             axum::serve(listener, app)
@@ -107,12 +97,7 @@ impl Stub {
                 .await
         });
         tracing::debug!(%addr, "stub provider listening");
-        Ok(StubHandle {
-            addr,
-            shared,
-            stop,
-            task,
-        })
+        Ok(StubHandle { addr, shared, stop, task })
     }
 }
 
@@ -141,9 +126,7 @@ impl StubHandle {
     pub(crate) async fn stopped(&mut self) -> Result<(), StubError> {
         match (&mut self.task).await {
             Ok(result) => result.map_err(|source| StubError::Serve { source }),
-            Err(join) => Err(StubError::Serve {
-                source: std::io::Error::other(join),
-            }),
+            Err(join) => Err(StubError::Serve { source: std::io::Error::other(join) }),
         }
     }
 }
@@ -173,9 +156,7 @@ fn route(path: &str) -> Option<Provider> {
 /// Every request but the log query: record it, then answer.
 async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let arrived = Instant::now();
-    let received_unix_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
+    let received_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_nanos());
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
@@ -184,8 +165,8 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             Bytes::new()
         }
     };
-    let body: Value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let body: Value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     let path = parts.uri.path().to_owned();
     let routed = route(&path);
     let provider = routed.filter(|_| parts.method == Method::POST);
@@ -193,10 +174,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .headers
         .iter()
         .map(|(name, value)| {
-            (
-                name.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
+            (name.as_str().to_ascii_lowercase(), String::from_utf8_lossy(value.as_bytes()).into_owned())
         })
         .collect();
     let (entry, turn) = shared.recorder.begin(
@@ -216,22 +194,15 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
 
     let Some(provider) = provider else {
         let (status, message) = match routed {
-            Some(_) => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("the stub answers only POST on {path}, not {}", parts.method),
-            ),
+            Some(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, format!("the stub answers only POST on {path}, not {}", parts.method))
+            }
             None => (
                 StatusCode::NOT_FOUND,
-                format!(
-                    "the stub has no provider at {path}; use a path ending in /v1/messages or /chat/completions"
-                ),
+                format!("the stub has no provider at {path}; use a path ending in /v1/messages or /chat/completions"),
             ),
         };
-        let kind = if routed.is_some() {
-            "method_not_allowed"
-        } else {
-            "not_found_error"
-        };
+        let kind = if routed.is_some() { "method_not_allowed" } else { "not_found_error" };
         let response = json_response(status, openai::error_body(kind, &message).to_string());
         shared.recorder.finish(entry);
         return response;
@@ -261,10 +232,7 @@ async fn model_answer(
             script.turns.len()
         );
         tracing::warn!("{message}");
-        let response = json_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            error_body("api_error", &message).to_string(),
-        );
+        let response = json_response(StatusCode::INTERNAL_SERVER_ERROR, error_body("api_error", &message).to_string());
         shared.recorder.finish(entry);
         return response;
     };
@@ -274,18 +242,12 @@ async fn model_answer(
     }
 
     if let Some(replay) = &spec.raw {
-        let body = shared
-            .raw_bodies
-            .get(turn)
-            .cloned()
-            .flatten()
-            .unwrap_or_default();
+        let body = shared.raw_bodies.get(turn).cloned().flatten().unwrap_or_default();
         return raw::answer(shared, entry, replay, body);
     }
 
     if let Some(error) = &spec.http_error {
-        let status =
-            StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let response = json_response(status, error.body.clone());
         shared.recorder.finish(entry);
         return response;
@@ -294,31 +256,19 @@ async fn model_answer(
     if let Some(garbage) = &spec.garbage {
         let mut response = Response::new(Body::from(garbage.clone()));
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         shared.recorder.finish(entry);
         return response;
     }
 
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_MODEL)
-        .to_owned();
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
+    let model = request.get("model").and_then(Value::as_str).unwrap_or(DEFAULT_MODEL).to_owned();
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
     let plan = Plan::new(script, turn, model, created);
     let streaming = request.get("stream") == Some(&Value::Bool(true));
 
     if streaming {
-        let include_usage = request
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let include_usage = request.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
         let mut events = match provider {
             Provider::Anthropic => anthropic::stream(&plan),
             Provider::OpenAi => openai::stream(&plan, include_usage),
@@ -328,13 +278,9 @@ async fn model_answer(
             events.truncate(after.min(events.len().saturating_sub(1)));
         }
         let pause = spec.event_interval_ms.map(std::time::Duration::from_millis);
-        let mut response =
-            Response::new(event_body(Arc::clone(shared), entry, events, cut, pause));
+        let mut response = Response::new(event_body(Arc::clone(shared), entry, events, cut, pause));
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         if plan.stream_error.is_some() {
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -343,25 +289,14 @@ async fn model_answer(
     }
 
     if let Some(error) = &plan.stream_error {
-        let response = json_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            error_body(&error.kind, &error.message).to_string(),
-        );
+        let response =
+            json_response(StatusCode::INTERNAL_SERVER_ERROR, error_body(&error.kind, &error.message).to_string());
         shared.recorder.finish(entry);
         return response;
     }
     if spec.cut_after_events.is_some() {
-        let mut response = Response::new(event_body(
-            Arc::clone(shared),
-            entry,
-            Vec::new(),
-            true,
-            None,
-        ));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        let mut response = Response::new(event_body(Arc::clone(shared), entry, Vec::new(), true, None));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         return response;
     }
     let body = match provider {
@@ -377,9 +312,6 @@ async fn model_answer(
 fn json_response(status: StatusCode, body: String) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }

@@ -13,7 +13,12 @@ const SHOWN_CHARS: usize = 160;
 pub fn differences(fixture: &Fixture, observed: &Observed) -> Option<String> {
     let mut found = Vec::new();
     if observed.tool_status != fixture.tool_status {
-        found.push(format!("tool status: expected {}, got {} (summary: {})", fixture.tool_status, observed.tool_status, shown_opt(observed.summary.as_deref())));
+        found.push(format!(
+            "tool status: expected {}, got {} (summary: {})",
+            fixture.tool_status,
+            observed.tool_status,
+            shown_opt(observed.summary.as_deref())
+        ));
     }
     match &observed.response {
         Err(why) => found.push(format!("response: {why}")),
@@ -35,7 +40,11 @@ fn response_difference(fixture: &Fixture, response: &Value, summary: Option<&str
     if !fixture.error_contains.is_empty() {
         let error = got.as_object_mut().and_then(|o| o.remove("error"));
         let Some(Value::String(error)) = error else {
-            return Some(format!("response.error: expected a message containing {:?}, got {}", fixture.error_contains, shown_opt(error.as_ref().map(Value::to_string).as_deref())));
+            return Some(format!(
+                "response.error: expected a message containing {:?}, got {}",
+                fixture.error_contains,
+                shown_opt(error.as_ref().map(Value::to_string).as_deref())
+            ));
         };
         if let Some(missing) = fixture.error_contains.iter().find(|s| !error.contains(s.as_str())) {
             return Some(format!("response.error: expected it to contain {missing:?}, got {}", shown(&error)));
@@ -75,8 +84,14 @@ fn first_difference(path: &str, expected: &Value, got: &Value) -> Option<String>
             if e.len() == g.len() {
                 return None;
             }
-            let (shorter, what, item) = if e.len() > g.len() { (g.len(), "missing", &e[g.len()]) } else { (e.len(), "extra", &g[e.len()]) };
-            Some(format!("{path}: expected {} items, got {}; first {what}: {path}[{shorter}] = {}", e.len(), g.len(), shown(&item.to_string())))
+            let (shorter, what, item) =
+                if e.len() > g.len() { (g.len(), "missing", &e[g.len()]) } else { (e.len(), "extra", &g[e.len()]) };
+            Some(format!(
+                "{path}: expected {} items, got {}; first {what}: {path}[{shorter}] = {}",
+                e.len(),
+                g.len(),
+                shown(&item.to_string())
+            ))
         }
         _ if expected == got => None,
         _ => Some(format!("{path}: expected {}, got {}", shown(&expected.to_string()), shown(&got.to_string()))),
@@ -86,7 +101,11 @@ fn first_difference(path: &str, expected: &Value, got: &Value) -> Option<String>
 /// Events are compared whole: the first differing event is shown entire, with both counts.
 fn events_difference(expected: &[Value], got: &[Value]) -> Option<String> {
     let counts = format!("({} events expected, {} emitted)", expected.len(), got.len());
-    let index = expected.iter().zip(got).position(|(e, g)| e != g).or_else(|| (expected.len() != got.len()).then(|| expected.len().min(got.len())))?;
+    let index = expected
+        .iter()
+        .zip(got)
+        .position(|(e, g)| e != g)
+        .or_else(|| (expected.len() != got.len()).then(|| expected.len().min(got.len())))?;
     let show = |event: Option<&Value>| event.map_or_else(|| "nothing".to_owned(), |e| shown(&e.to_string()));
     Some(format!("events[{index}]: expected {}, got {} {counts}", show(expected.get(index)), show(got.get(index))))
 }

@@ -63,7 +63,11 @@ pub fn load_all(provider: &str) -> Result<Vec<Fixture>, String> {
     let mut bodies: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in entries {
         let path = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?.path();
-        let file = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| format!("{} has no UTF-8 name", path.display()))?.to_owned();
+        let file = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{} has no UTF-8 name", path.display()))?
+            .to_owned();
         if let Some(case) = file.strip_suffix(EXPECT_SUFFIX) {
             expects.insert(case.to_owned(), path);
         } else {
@@ -74,7 +78,10 @@ pub fn load_all(provider: &str) -> Result<Vec<Fixture>, String> {
     if let Some(orphan) = bodies.keys().find(|case| !expects.contains_key(*case)) {
         return Err(format!("{provider}/{orphan}: a recorded body without {orphan}{EXPECT_SUFFIX}"));
     }
-    expects.into_iter().map(|(case, expect)| load(provider, &case, &expect, bodies.remove(&case).unwrap_or_default())).collect()
+    expects
+        .into_iter()
+        .map(|(case, expect)| load(provider, &case, &expect, bodies.remove(&case).unwrap_or_default()))
+        .collect()
 }
 
 fn load(provider: &str, case: &str, expect: &Path, bodies: Vec<PathBuf>) -> Result<Fixture, String> {
@@ -84,10 +91,16 @@ fn load(provider: &str, case: &str, expect: &Path, bodies: Vec<PathBuf>) -> Resu
     }
     let body = match <[PathBuf; 1]>::try_from(bodies) {
         Ok([body]) => body,
-        Err(found) => return Err(format!("{name}: needs exactly one recorded body beside {case}{EXPECT_SUFFIX}, found {}", found.len())),
+        Err(found) => {
+            return Err(format!(
+                "{name}: needs exactly one recorded body beside {case}{EXPECT_SUFFIX}, found {}",
+                found.len()
+            ));
+        }
     };
     let text = std::fs::read_to_string(expect).map_err(|e| format!("{name}: cannot read {}: {e}", expect.display()))?;
-    let file: ExpectFile = serde_json::from_str(&text).map_err(|e| format!("{name}: {case}{EXPECT_SUFFIX} is malformed: {e}"))?;
+    let file: ExpectFile =
+        serde_json::from_str(&text).map_err(|e| format!("{name}: {case}{EXPECT_SUFFIX} is malformed: {e}"))?;
     if !["passed", "failed", "error"].contains(&file.tool_status.as_str()) {
         return Err(format!("{name}: tool_status must be passed, failed or error, not {:?}", file.tool_status));
     }
@@ -98,12 +111,15 @@ fn load(provider: &str, case: &str, expect: &Path, bodies: Vec<PathBuf>) -> Resu
         check_event(event).map_err(|why| format!("{name}: events[{index}] {event}: {why}"))?;
     }
     let mut response = file.response;
-    let error_contains = take_error_contains(&mut response).map_err(|why| format!("{name}: response.error_contains {why}"))?;
+    let error_contains =
+        take_error_contains(&mut response).map_err(|why| format!("{name}: response.error_contains {why}"))?;
     if !response.is_object() {
         return Err(format!("{name}: response must be an object"));
     }
     let json_body = body.extension().is_some_and(|e| e == "json");
-    let content_type = file.content_type.unwrap_or_else(|| if json_body { "application/json" } else { "text/event-stream" }.to_owned());
+    let content_type = file
+        .content_type
+        .unwrap_or_else(|| if json_body { "application/json" } else { "text/event-stream" }.to_owned());
     Ok(Fixture {
         name,
         body,
@@ -136,7 +152,9 @@ fn take_error_contains(response: &mut Value) -> Result<Vec<String>, &'static str
     match object.remove("error_contains") {
         None => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s]),
-        Some(Value::Array(items)) => items.into_iter().map(|v| v.as_str().map(str::to_owned).ok_or("must hold strings")).collect(),
+        Some(Value::Array(items)) => {
+            items.into_iter().map(|v| v.as_str().map(str::to_owned).ok_or("must hold strings")).collect()
+        }
         Some(_) => Err("must be a string or a list of strings"),
     }
 }

@@ -19,7 +19,8 @@ use replay::Driver;
 
 /// Replays every fixture of `provider` and fails listing every mismatch.
 async fn conforms(provider: &str) {
-    let fixtures = fixture::load_all(provider).unwrap_or_else(|why| panic!("the {provider} fixtures do not load: {why}"));
+    let fixtures =
+        fixture::load_all(provider).unwrap_or_else(|why| panic!("the {provider} fixtures do not load: {why}"));
     assert!(!fixtures.is_empty(), "no fixtures under {}", fixture::folder(provider).display());
     if let Some(why) = absent_component(provider, fixtures.len()) {
         panic!("{why}");
@@ -60,8 +61,14 @@ fn every_fixture_has_one_recording_and_a_well_formed_expectation() {
         let fixtures = fixture::load_all(provider).unwrap_or_else(|why| panic!("{why}"));
         assert!(fixtures.len() >= 9, "{provider} has only {} fixtures", fixtures.len());
         for f in &fixtures {
-            let failed = f.tool_status != "passed" || f.response.get("stop_reason").and_then(|s| s.as_str()) == Some("error");
-            assert_eq!(failed, !f.error_contains.is_empty() || f.response.get("error").is_some(), "{}: a failure names its error, a success has none", f.name);
+            let failed =
+                f.tool_status != "passed" || f.response.get("stop_reason").and_then(|s| s.as_str()) == Some("error");
+            assert_eq!(
+                failed,
+                !f.error_contains.is_empty() || f.response.get("error").is_some(),
+                "{}: a failure names its error, a success has none",
+                f.name
+            );
         }
     }
 }
@@ -79,7 +86,10 @@ fn a_driver_component_that_is_absent_fails_its_test_by_name_instead_of_being_ski
 #[test]
 fn the_generated_large_tool_input_is_at_least_200_kb_in_small_deltas() {
     let fixtures = fixture::load_all("anthropic").unwrap_or_else(|why| panic!("{why}"));
-    let large = fixtures.iter().find(|f| f.name == "anthropic/large_tool_input").expect("the generated case exists (tests/fixtures/providers/gen_large.py)");
+    let large = fixtures
+        .iter()
+        .find(|f| f.name == "anthropic/large_tool_input")
+        .expect("the generated case exists (tests/fixtures/providers/gen_large.py)");
     let input = large.response.pointer("/content/1/input").expect("the tool call's input");
     assert!(input.to_string().len() >= 200 * 1024, "the input is {} bytes", input.to_string().len());
     let deltas = large.events.iter().filter(|e| e[0] == "tool_call_input_bytes").count();

@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{DriverRequest, Message};
-use capsule_runtime::{ArtifactRole, GatewayRoute, GuestEvents, Grants, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput, ToolStatus, gateway_address};
+use capsule_runtime::{
+    ArtifactRole, GatewayRoute, Grants, GuestEvents, Host, HostOptions, LoadedArtifact, OutgoingPolicy, ToolInput,
+    ToolStatus, gateway_address,
+};
 use capsule_stub::{RawResponse, RecordedRequest, Script, Stub, Turn};
 use serde_json::{Value, json};
 
@@ -34,9 +37,11 @@ impl Driver {
     /// Loads `components/dist/driver-<provider>.wasm`, compiled through the shared test cache.
     pub fn load(provider: &str) -> Result<Driver, String> {
         let cache = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-component-cache");
-        let host = Host::new(HostOptions { cache_dir: Some(cache) }).map_err(|e| format!("the sandbox host does not start: {e}"))?;
+        let host = Host::new(HostOptions { cache_dir: Some(cache) })
+            .map_err(|e| format!("the sandbox host does not start: {e}"))?;
         let path = component(provider);
-        let artifact = LoadedArtifact::load_file(&host, provider, &path).map_err(|e| format!("{} does not load: {e}", path.display()))?;
+        let artifact = LoadedArtifact::load_file(&host, provider, &path)
+            .map_err(|e| format!("{} does not load: {e}", path.display()))?;
         Ok(Driver { host, artifact, name: provider.to_owned() })
     }
 }
@@ -58,7 +63,12 @@ pub struct Observed {
 /// Replays `fixture` into `driver`. `Err` when the call itself failed (a trap, the deadline) or
 /// the stub could not start.
 pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, String> {
-    let raw = RawResponse { status: fixture.status, content_type: fixture.content_type.clone(), chunk_bytes: fixture.chunk_bytes, ..RawResponse::file(&fixture.body) };
+    let raw = RawResponse {
+        status: fixture.status,
+        content_type: fixture.content_type.clone(),
+        chunk_bytes: fixture.chunk_bytes,
+        ..RawResponse::file(&fixture.body)
+    };
     let stub = Stub::start(Script::new(vec![Turn::raw(raw)])).map_err(|e| format!("the stub does not start: {e}"))?;
     let endpoint = stub.url().parse().map_err(|e| format!("the stub URL {} does not parse: {e}", stub.url()))?;
     let grants = Grants {
@@ -78,8 +88,11 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
     };
     let recorder = Arc::new(Recorder::default());
     let events: Arc<dyn GuestEvents> = recorder.clone();
-    let outcome = driver.artifact.call(&driver.host, &grants, events, ToolInput { data: Some(request()), log_path: None }).await;
-    let result = outcome.result.map_err(|e| format!("the call did not return a result: {e}; guest stderr: {:?}", outcome.stderr))?;
+    let outcome =
+        driver.artifact.call(&driver.host, &grants, events, ToolInput { data: Some(request()), log_path: None }).await;
+    let result = outcome
+        .result
+        .map_err(|e| format!("the call did not return a result: {e}; guest stderr: {:?}", outcome.stderr))?;
     let tool_status = match result.status {
         ToolStatus::Passed => "passed",
         ToolStatus::Failed => "failed",
@@ -89,7 +102,13 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
         Some(data) => serde_json::from_str(data).map_err(|e| format!("tool-result.data is not JSON ({e}): {data:?}")),
         None => Err("tool-result.data is absent".to_owned()),
     };
-    Ok(Observed { tool_status: tool_status.to_owned(), summary: result.summary, response, events: recorder.take(), requests: stub.requests() })
+    Ok(Observed {
+        tool_status: tool_status.to_owned(),
+        summary: result.summary,
+        response,
+        events: recorder.take(),
+        requests: stub.requests(),
+    })
 }
 
 /// The one fixed neutral request: one user message, no tools.

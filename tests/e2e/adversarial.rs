@@ -4,7 +4,9 @@
 
 use crate::common::*;
 use capsule_protocol::manifest::{AllowRule, Limits};
-use capsule_runtime::{ArtifactRole, CallError, Grants, LoadedArtifact, NoEvents, OutgoingPolicy, ToolInput, ToolStatus};
+use capsule_runtime::{
+    ArtifactRole, CallError, Grants, LoadedArtifact, NoEvents, OutgoingPolicy, ToolInput, ToolStatus,
+};
 use std::sync::Arc;
 
 fn tool_grants(preopen: Option<std::path::PathBuf>, limits: Limits) -> Grants {
@@ -33,7 +35,8 @@ async fn guest_read_outside_scope_sees_neither_parent_files_nor_the_host_root() 
 async fn guest_dial_unlisted_host_is_denied_and_a_listed_one_is_reached() {
     let stub = stub(vec![]);
     let url = format!("{}/anything", stub.url());
-    let denied = call("guest-dial-unlisted-host", &tool_grants(None, Limits::default()), &url).await.result.expect("returns");
+    let denied =
+        call("guest-dial-unlisted-host", &tool_grants(None, Limits::default()), &url).await.result.expect("returns");
     assert_eq!(denied.status, ToolStatus::Failed);
     assert!(denied.summary.unwrap_or_default().contains("HttpRequestDenied"));
     assert!(stub.requests().is_empty(), "nothing reached the host");
@@ -50,16 +53,28 @@ async fn guest_read_env_sees_only_granted_variables_and_never_credentials() {
     let cap = Capsule::new(
         "name: env\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-trap.wasm', gateway: {endpoint: 'http://127.0.0.1:9', keyless: true}}\n  - {name: reader, runtime: tool, source: '{DIST}/guest-read-env.wasm'}\ncapabilities: {env: {allow: [GRANTED_VAR, SERVICE_API_KEY]}}\ninference: {model: m, driver: {artifact: d}}\n",
     );
-    let env = [("GRANTED_VAR", "yes"), ("UNGRANTED_VAR", "no"), ("SERVICE_API_KEY", "sk-should-never-pass")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let env = [("GRANTED_VAR", "yes"), ("UNGRANTED_VAR", "no"), ("SERVICE_API_KEY", "sk-should-never-pass")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let opts = cap.options(env);
     let prepared = capsule_actors::launch::prepare(&opts, "ses_test").expect("prepare");
-    assert!(prepared.warnings.iter().any(|w| w.code.as_str() == "W-CAP-001"), "the credential-shaped grant is warned about");
+    assert!(
+        prepared.warnings.iter().any(|w| w.code.as_str() == "W-CAP-001"),
+        "the credential-shaped grant is warned about"
+    );
     let reader = prepared.artifacts.iter().find(|a| a.decl.name == "reader").expect("reader");
     let host = opts.host.clone();
     let run = |var: &'static str| {
         let (host, reader) = (host.clone(), reader.loaded.clone());
         let grants = reader_grants(&prepared, "reader");
-        async move { reader.call(&host, &grants, Arc::new(NoEvents), ToolInput { data: Some(var.into()), log_path: None }).await.result.expect("returns") }
+        async move {
+            reader
+                .call(&host, &grants, Arc::new(NoEvents), ToolInput { data: Some(var.into()), log_path: None })
+                .await
+                .result
+                .expect("returns")
+        }
     };
     let granted = run("GRANTED_VAR").await;
     assert_eq!(granted.data.as_deref(), Some("yes"));

@@ -14,13 +14,23 @@ async fn refused(yaml: &str) -> LaunchError {
 }
 
 fn with_driver(source: &str) -> String {
-    format!("name: bad\nartifacts:\n  - {{name: d, runtime: driver, source: '{source}', gateway: {{endpoint: 'http://127.0.0.1:9', keyless: true}}}}\ninference: {{model: m, driver: {{artifact: d}}}}\n")
+    format!(
+        "name: bad\nartifacts:\n  - {{name: d, runtime: driver, source: '{source}', gateway: {{endpoint: 'http://127.0.0.1:9', keyless: true}}}}\ninference: {{model: m, driver: {{artifact: d}}}}\n"
+    )
 }
 
 #[tokio::test]
 async fn no_manifest_is_refused_with_e_man_001() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = capsule_actors::LaunchOptions { manifest: dir.path().into(), workdir: dir.path().join("w"), host: host(), env: Default::default(), endpoint_override: None, machine: None, host_config: None };
+    let opts = capsule_actors::LaunchOptions {
+        manifest: dir.path().into(),
+        workdir: dir.path().join("w"),
+        host: host(),
+        env: Default::default(),
+        endpoint_override: None,
+        machine: None,
+        host_config: None,
+    };
     let e = capsule_actors::Session::launch(opts).await.err().expect("refused");
     assert_eq!(e.code().as_str(), "E-MAN-001");
     assert!(e.to_string().contains("murmur.yaml"), "{e}");
@@ -99,21 +109,34 @@ async fn provider_failure(turn: Turn, expect: &str) {
 
 #[tokio::test]
 async fn a_provider_500_fails_the_task_with_the_status_and_body() {
-    provider_failure(Turn::http_error(500, r#"{"type":"error","error":{"type":"api_error","message":"upstream broke"}}"#), "HTTP 500").await;
+    provider_failure(
+        Turn::http_error(500, r#"{"type":"error","error":{"type":"api_error","message":"upstream broke"}}"#),
+        "HTTP 500",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_provider_answering_garbage_fails_the_task_with_a_message() {
-    provider_failure(Turn { garbage: Some("data: {not json at all\n\n".into()), ..Default::default() }, "E-RUN-040").await;
+    provider_failure(Turn { garbage: Some("data: {not json at all\n\n".into()), ..Default::default() }, "E-RUN-040")
+        .await;
 }
 
 #[tokio::test]
 async fn a_stream_cut_in_the_middle_fails_the_task_and_says_so() {
-    provider_failure(Turn { text: Some("a long reply that will be cut".into()), cut_after_events: Some(3), ..Default::default() }, "E-RUN-040").await;
+    provider_failure(
+        Turn { text: Some("a long reply that will be cut".into()), cut_after_events: Some(3), ..Default::default() },
+        "E-RUN-040",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_provider_error_event_mid_stream_fails_the_task_naming_it() {
-    let t = Turn { text: Some("partial".into()), stream_error: Some(capsule_stub::StreamError { kind: "overloaded_error".into(), message: "Overloaded".into() }), ..Default::default() };
+    let t = Turn {
+        text: Some("partial".into()),
+        stream_error: Some(capsule_stub::StreamError { kind: "overloaded_error".into(), message: "Overloaded".into() }),
+        ..Default::default()
+    };
     provider_failure(t, "overloaded_error").await;
 }

@@ -37,7 +37,9 @@ impl Capsule {
     /// Write `yaml` as the folder's murmur.yaml. `{DIST}` is replaced by the dist folder.
     pub fn new(yaml: &str) -> Capsule {
         let dir = tempfile::tempdir().expect("tempdir");
-        let yaml = yaml.replace("{DIST}", &repo().join("components/dist").display().to_string()).replace("{ARTIFACTS}", &repo().join("components/artifacts").display().to_string());
+        let yaml = yaml
+            .replace("{DIST}", &repo().join("components/dist").display().to_string())
+            .replace("{ARTIFACTS}", &repo().join("components/artifacts").display().to_string());
         std::fs::write(dir.path().join("murmur.yaml"), yaml).expect("write manifest");
         let workdir = dir.path().join("work");
         Capsule { dir, workdir }
@@ -48,7 +50,15 @@ impl Capsule {
     }
 
     pub fn options(&self, env: HashMap<String, String>) -> LaunchOptions {
-        LaunchOptions { manifest: self.dir.path().to_path_buf(), workdir: self.workdir.clone(), host: host(), env, endpoint_override: None, machine: None, host_config: None }
+        LaunchOptions {
+            manifest: self.dir.path().to_path_buf(),
+            workdir: self.workdir.clone(),
+            host: host(),
+            env,
+            endpoint_override: None,
+            machine: None,
+            host_config: None,
+        }
     }
 
     pub async fn launch(&self) -> Result<Session, LaunchError> {
@@ -85,7 +95,8 @@ pub async fn frames_until_final(rx: &mut mpsc::Receiver<NumberedFrame>, task_id:
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let f = tokio::time::timeout_at(deadline, rx.recv()).await.expect("final status within 30 s").expect("stream open");
+        let f =
+            tokio::time::timeout_at(deadline, rx.recv()).await.expect("final status within 30 s").expect("stream open");
         let done = matches!(&f.frame, Frame::Status { id, is_final: true, .. } if id == task_id);
         out.push(f);
         if done {
@@ -104,7 +115,11 @@ pub async fn run_task(session: &Session, text: &str) -> (TaskOutcome, Vec<Number
 
 /// The trace lines of a session.
 pub fn trace(session: &Session) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace exists").lines().map(|l| serde_json::from_str(l).expect("trace line is JSON")).collect()
+    std::fs::read_to_string(session.dir.join("trace.jsonl"))
+        .expect("trace exists")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("trace line is JSON"))
+        .collect()
 }
 
 /// Poll `f` until it is true or 10 s pass.

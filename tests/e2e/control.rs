@@ -29,7 +29,15 @@ struct Client {
 }
 
 impl Client {
-    async fn send(&self, method: &str, path: &str, token: Option<&str>, ct: Option<&str>, body: Vec<u8>, peer: &str) -> (u16, Value, axum::http::HeaderMap) {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        ct: Option<&str>,
+        body: Vec<u8>,
+        peer: &str,
+    ) -> (u16, Value, axum::http::HeaderMap) {
         let mut b = axum::http::Request::builder().method(method).uri(path);
         if let Some(t) = token {
             b = b.header("authorization", format!("Bearer {t}"));
@@ -47,7 +55,8 @@ impl Client {
     }
 
     async fn ok(&self, method: &str, path: &str, ct: Option<&str>, body: &str) -> (u16, Value) {
-        let (s, v, _) = self.send(method, path, Some(&self.token.clone()), ct, body.as_bytes().to_vec(), "127.0.0.1:5000").await;
+        let (s, v, _) =
+            self.send(method, path, Some(&self.token.clone()), ct, body.as_bytes().to_vec(), "127.0.0.1:5000").await;
         (s, v)
     }
 }
@@ -72,21 +81,120 @@ async fn every_refusal_has_its_status_and_reason_in_the_contract_order() {
         ("GET", "/control", None, None, String::new(), "127.0.0.1:1", 401, "unauthorized"),
         ("GET", "/control/nope", Some("wrong"), None, String::new(), "127.0.0.1:1", 401, "unauthorized"),
         ("GET", "/control/nope/deeper", Some(&tok), None, String::new(), "127.0.0.1:1", 404, "unknown_path"),
-        ("PUT", "/control/settings/other.setting", Some(&tok), Some("application/json"), "{}".into(), "127.0.0.1:1", 404, "undeclared_setting"),
+        (
+            "PUT",
+            "/control/settings/other.setting",
+            Some(&tok),
+            Some("application/json"),
+            "{}".into(),
+            "127.0.0.1:1",
+            404,
+            "undeclared_setting",
+        ),
         ("PUT", "/control/secrets/NOT_DECLARED", Some(&tok), None, "v".into(), "10.1.2.3:1", 404, "undeclared_secret"),
         ("POST", "/control", Some(&tok), None, String::new(), "127.0.0.1:1", 405, "method_not_allowed"),
-        ("GET", "/control/settings/inference.driver", Some(&tok), None, String::new(), "127.0.0.1:1", 405, "method_not_allowed"),
+        (
+            "GET",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            None,
+            String::new(),
+            "127.0.0.1:1",
+            405,
+            "method_not_allowed",
+        ),
         ("PUT", "/control/secrets/OPENAI_KEY", Some(&tok), None, big_secret.clone(), "10.1.2.3:1", 403, "not_loopback"),
         ("PUT", "/control/secrets/OPENAI_KEY", Some(&tok), None, big_secret, "127.0.0.1:1", 413, "too_large"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("text/plain"), big_setting, "127.0.0.1:1", 413, "too_large"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("text/plain"), "{\"value\":\"alt\"}".into(), "127.0.0.1:1", 415, "unsupported_media_type"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("application/json"), String::new(), "127.0.0.1:1", 422, "missing_body"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("application/json"), "{\"v\":1}".into(), "127.0.0.1:1", 422, "missing_body"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("application/json"), "{\"value\":5}".into(), "127.0.0.1:1", 422, "invalid_value"),
-        ("PUT", "/control/settings/inference.max_tokens", Some(&tok), Some("application/json"), "{\"value\":0}".into(), "127.0.0.1:1", 422, "invalid_value"),
-        ("PUT", "/control/secrets/OPENAI_KEY", Some(&tok), None, "bad\u{7f}value".into(), "127.0.0.1:1", 422, "invalid_value"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("application/json"), "{\"value\":\"nope\"}".into(), "127.0.0.1:1", 422, "undeclared_driver"),
-        ("PUT", "/control/settings/inference.driver", Some(&tok), Some("application/json"), "{\"value\":\"alt\"}".into(), "127.0.0.1:1", 409, "credential_unresolvable"),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("text/plain"),
+            big_setting,
+            "127.0.0.1:1",
+            413,
+            "too_large",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("text/plain"),
+            "{\"value\":\"alt\"}".into(),
+            "127.0.0.1:1",
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("application/json"),
+            String::new(),
+            "127.0.0.1:1",
+            422,
+            "missing_body",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("application/json"),
+            "{\"v\":1}".into(),
+            "127.0.0.1:1",
+            422,
+            "missing_body",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("application/json"),
+            "{\"value\":5}".into(),
+            "127.0.0.1:1",
+            422,
+            "invalid_value",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.max_tokens",
+            Some(&tok),
+            Some("application/json"),
+            "{\"value\":0}".into(),
+            "127.0.0.1:1",
+            422,
+            "invalid_value",
+        ),
+        (
+            "PUT",
+            "/control/secrets/OPENAI_KEY",
+            Some(&tok),
+            None,
+            "bad\u{7f}value".into(),
+            "127.0.0.1:1",
+            422,
+            "invalid_value",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("application/json"),
+            "{\"value\":\"nope\"}".into(),
+            "127.0.0.1:1",
+            422,
+            "undeclared_driver",
+        ),
+        (
+            "PUT",
+            "/control/settings/inference.driver",
+            Some(&tok),
+            Some("application/json"),
+            "{\"value\":\"alt\"}".into(),
+            "127.0.0.1:1",
+            409,
+            "credential_unresolvable",
+        ),
     ];
     for (i, (method, path, token, ct, body, peer, status, reason)) in rows.into_iter().enumerate() {
         let (s, v, headers) = c.send(method, path, token, ct, body.into_bytes(), peer).await;
@@ -101,25 +209,46 @@ async fn every_refusal_has_its_status_and_reason_in_the_contract_order() {
         }
     }
     // 409 in_use: inject, switch to the choice it keys, then try to forget it.
-    assert_eq!(c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await, (200, json!({"name": "OPENAI_KEY", "set": true, "replaced": false})));
-    let (s, v) = c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await;
-    assert_eq!((s, &v["previous"], &v["value"], &v["applies_from"]), (200, &json!("primary"), &json!("alt"), &json!("next_inference_call")));
+    assert_eq!(
+        c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await,
+        (200, json!({"name": "OPENAI_KEY", "set": true, "replaced": false}))
+    );
+    let (s, v) =
+        c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await;
+    assert_eq!(
+        (s, &v["previous"], &v["value"], &v["applies_from"]),
+        (200, &json!("primary"), &json!("alt"), &json!("next_inference_call"))
+    );
     let (s, v) = c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await;
     assert_eq!((s, v["error"].as_str().unwrap_or("").split(':').next().unwrap_or("")), (409, "in_use"));
     let (s, view) = c.ok("GET", "/control", None, "").await;
     assert_eq!(s, 200);
     assert!(!view.to_string().contains(SECRET), "no secret value in any answer");
     assert_eq!(view["secrets"], json!([{"name": "OPENAI_KEY", "set": true}]));
-    let driver = view["settings"].as_array().expect("settings").iter().find(|x| x["name"] == "inference.driver").expect("driver").clone();
+    let driver = view["settings"]
+        .as_array()
+        .expect("settings")
+        .iter()
+        .find(|x| x["name"] == "inference.driver")
+        .expect("driver")
+        .clone();
     assert_eq!(driver["value"], "alt");
     assert_eq!(driver["choices"][1], json!({"name": "alt", "driver": "openai", "model": "gpt-4o", "available": true}));
     // Switch back, then the secret can be forgotten.
-    assert_eq!(c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0, 200);
-    assert_eq!(c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await, (200, json!({"name": "OPENAI_KEY", "set": false})));
+    assert_eq!(
+        c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0,
+        200
+    );
+    assert_eq!(
+        c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await,
+        (200, json!({"name": "OPENAI_KEY", "set": false}))
+    );
     let dir = session.dir.clone();
     session.shutdown().await;
-    let listing: Vec<_> = std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect()).unwrap_or_default();
-    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_else(|e| panic!("trace in {}: {e}; listing {listing:?}", dir.display()));
+    let listing: Vec<_> =
+        std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect()).unwrap_or_default();
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl"))
+        .unwrap_or_else(|e| panic!("trace in {}: {e}; listing {listing:?}", dir.display()));
     assert!(!trace.contains(SECRET) && !trace.contains(&tok), "neither secret nor token in the trace");
     assert!(trace.contains("\"control_refused\"") && trace.contains("\"control_change\""));
 }
@@ -133,7 +262,11 @@ async fn without_declared_control_every_control_path_is_404_and_no_token_is_mint
     assert!(!session.dir.join("control.token").exists());
     let app = door::app(session.clone());
     for path in ["/control", "/control/settings/inference.driver"] {
-        let resp = app.clone().oneshot(axum::http::Request::builder().uri(path).body(Body::empty()).expect("req")).await.expect("answer");
+        let resp = app
+            .clone()
+            .oneshot(axum::http::Request::builder().uri(path).body(Body::empty()).expect("req"))
+            .await
+            .expect("answer");
         assert_eq!(resp.status().as_u16(), 404, "{path}");
     }
 }
@@ -146,7 +279,10 @@ async fn a_mid_task_switch_carries_the_history_but_not_provider_bound_state() {
         tool_calls: Some(vec![ToolCall { id: Some("toolu_one".into()), name: "spin".into(), input: json!({}) }]),
         ..Default::default()
     };
-    let t2 = Turn { tool_calls: Some(vec![ToolCall { id: Some("call_two".into()), name: "spin".into(), input: json!({}) }]), ..Default::default() };
+    let t2 = Turn {
+        tool_calls: Some(vec![ToolCall { id: Some("call_two".into()), name: "spin".into(), input: json!({}) }]),
+        ..Default::default()
+    };
     let stub = stub(vec![t1, t2, Turn::text("back on primary")]);
     let cap = switchy(&stub.url(), "");
     let (session, c) = client(&cap, &[("PRIMARY_KEY", "k-primary")]).await;
@@ -156,37 +292,93 @@ async fn a_mid_task_switch_carries_the_history_but_not_provider_bound_state() {
         async move { s.submit("do it").await.expect("outcome") }
     });
     eventually("turn 1 sent", || async { stub.requests().len() == 1 }).await;
-    assert_eq!(c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await.0, 200);
+    assert_eq!(
+        c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await.0,
+        200
+    );
     eventually("turn 2 sent", || async { stub.requests().len() == 2 }).await;
-    assert_eq!(c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0, 200);
+    assert_eq!(
+        c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0,
+        200
+    );
     let outcome = task.await.expect("join");
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     assert_eq!(outcome.message, "back on primary");
     let reqs = stub.requests();
     assert_eq!(reqs[0].path, "/v1/messages");
     assert_eq!(reqs[1].path, "/v1/chat/completions", "turn 2 went to the alternate");
-    assert_eq!(reqs[2].path, "/v1/messages", "turn 3 back on the primary: {:?} {}", reqs.iter().map(|r| r.path.clone()).collect::<Vec<_>>(), std::fs::read_to_string(session.dir.join("trace.jsonl")).unwrap_or_default());
+    assert_eq!(
+        reqs[2].path,
+        "/v1/messages",
+        "turn 3 back on the primary: {:?} {}",
+        reqs.iter().map(|r| r.path.clone()).collect::<Vec<_>>(),
+        std::fs::read_to_string(session.dir.join("trace.jsonl")).unwrap_or_default()
+    );
     let alt = reqs[1].body.to_string();
-    assert!(!alt.contains("primary reasoning") && !alt.contains("sig-primary"), "the alternate received no thinking block");
+    assert!(
+        !alt.contains("primary reasoning") && !alt.contains("sig-primary"),
+        "the alternate received no thinking block"
+    );
     assert!(!alt.contains("continuation"), "no continuation id");
     assert_eq!(reqs[1].body["model"], "gpt-4o");
     let msgs = reqs[1].body["messages"].as_array().expect("messages");
     assert!(msgs.iter().any(|m| m["tool_calls"][0]["id"] == "toolu_one"), "the same tool call id: {alt}");
-    assert!(msgs.iter().any(|m| m["role"] == "tool" && m["tool_call_id"] == "toolu_one" && m["content"].as_str().unwrap_or("").contains("E-RUN-030")), "the same tool result: {alt}");
-    let auth = |i: usize| reqs[i].headers.iter().find(|(k, _)| k == "authorization" || k == "x-api-key").map(|(_, v)| v.clone());
+    assert!(
+        msgs.iter().any(|m| m["role"] == "tool"
+            && m["tool_call_id"] == "toolu_one"
+            && m["content"].as_str().unwrap_or("").contains("E-RUN-030")),
+        "the same tool result: {alt}"
+    );
+    let auth = |i: usize| {
+        reqs[i].headers.iter().find(|(k, _)| k == "authorization" || k == "x-api-key").map(|(_, v)| v.clone())
+    };
     assert_eq!(auth(0).as_deref(), Some("k-primary"));
-    assert_eq!(auth(1).as_deref(), Some(format!("Bearer {SECRET}").as_str()), "the switch changed which credential is attached");
+    assert_eq!(
+        auth(1).as_deref(),
+        Some(format!("Bearer {SECRET}").as_str()),
+        "the switch changed which credential is attached"
+    );
     let back = &reqs[2].body;
-    let first_assistant = back["messages"].as_array().expect("messages").iter().find(|m| m["role"] == "assistant").expect("assistant").clone();
-    assert_eq!(first_assistant["content"][0], json!({"type": "thinking", "thinking": "primary reasoning", "signature": "sig-primary"}), "thinking is sent again after the switch back");
+    let first_assistant = back["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("assistant")
+        .clone();
+    assert_eq!(
+        first_assistant["content"][0],
+        json!({"type": "thinking", "thinking": "primary reasoning", "signature": "sig-primary"}),
+        "thinking is sent again after the switch back"
+    );
     let dir = session.dir.clone();
     session.shutdown().await;
-    let record: Vec<Value> = std::fs::read_to_string(dir.join("conversation.jsonl")).expect("record").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
-    let producers: Vec<Value> = record.iter().filter(|m| m["role"] == "assistant").map(|m| m["produced_by"].clone()).collect();
-    assert_eq!(producers, vec![json!({"driver": "anthropic", "model": "claude-sonnet-4-5"}), json!({"driver": "openai", "model": "gpt-4o"}), json!({"driver": "anthropic", "model": "claude-sonnet-4-5"})]);
+    let record: Vec<Value> = std::fs::read_to_string(dir.join("conversation.jsonl"))
+        .expect("record")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let producers: Vec<Value> =
+        record.iter().filter(|m| m["role"] == "assistant").map(|m| m["produced_by"].clone()).collect();
+    assert_eq!(
+        producers,
+        vec![
+            json!({"driver": "anthropic", "model": "claude-sonnet-4-5"}),
+            json!({"driver": "openai", "model": "gpt-4o"}),
+            json!({"driver": "anthropic", "model": "claude-sonnet-4-5"})
+        ]
+    );
     assert!(record[1].to_string().contains("primary reasoning"), "the stored history is never edited");
-    let trace: Vec<Value> = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
-    let choices: Vec<&str> = trace.iter().filter(|e| e["event_type"] == "inference").map(|e| e["driver_choice"].as_str().unwrap_or("")).collect();
+    let trace: Vec<Value> = std::fs::read_to_string(dir.join("trace.jsonl"))
+        .expect("trace")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let choices: Vec<&str> = trace
+        .iter()
+        .filter(|e| e["event_type"] == "inference")
+        .map(|e| e["driver_choice"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(choices, vec!["primary", "alt", "primary"]);
     let start = &trace[0];
     assert_eq!(start["inference_choices"][1]["credential_source"], "injected");
@@ -208,7 +400,14 @@ async fn the_agent_switch_driver_tool_switches_and_refusals_come_back_as_tool_er
     let reqs = stub.requests();
     assert!(reqs[0].body["tools"].to_string().contains("switch-driver"), "the tool is offered");
     assert_eq!(reqs[1].path, "/v1/chat/completions", "the agent's switch applied to the next call");
-    let last_tool = reqs[2].body["messages"].as_array().expect("messages").iter().rev().find(|m| m["role"] == "tool").expect("tool").clone();
+    let last_tool = reqs[2].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .expect("tool")
+        .clone();
     assert!(last_tool["content"].as_str().unwrap_or("").contains("undeclared_driver"), "{last_tool}");
     let dir = session.dir.clone();
     session.shutdown().await;
@@ -230,8 +429,16 @@ impl Rng {
 
 async fn op(c: &Client, kind: u64) -> (&'static str, u16) {
     match kind % 4 {
-        0 => ("switch_alt", c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await.0),
-        1 => ("switch_primary", c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}").await.0),
+        0 => (
+            "switch_alt",
+            c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"alt\"}").await.0,
+        ),
+        1 => (
+            "switch_primary",
+            c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), "{\"value\":\"primary\"}")
+                .await
+                .0,
+        ),
         2 => ("inject", c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await.0),
         _ => ("forget", c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await.0),
     }
@@ -247,12 +454,24 @@ async fn sequential_switch_inject_forget_answers_match_a_model_of_the_state() {
     for i in 0..2000 {
         let (what, status) = op(&c, rng.next()).await;
         let expected = match what {
-            "switch_alt" if set => { on_alt = true; 200 }
+            "switch_alt" if set => {
+                on_alt = true;
+                200
+            }
             "switch_alt" => 409,
-            "switch_primary" => { on_alt = false; 200 }
-            "inject" => { set = true; 200 }
+            "switch_primary" => {
+                on_alt = false;
+                200
+            }
+            "inject" => {
+                set = true;
+                200
+            }
             _ if on_alt && set => 409,
-            _ => { set = false; 200 }
+            _ => {
+                set = false;
+                200
+            }
         };
         assert_eq!(status, expected, "op {i} ({what}) with on_alt={on_alt} set={set}");
     }
@@ -273,7 +492,13 @@ async fn concurrent_switch_inject_forget_never_leave_the_active_choice_without_a
             let mut seen = Vec::new();
             for _ in 0..300 {
                 let (what, status) = op(&c, rng.next()).await;
-                assert!(matches!((what, status), ("switch_alt", 200 | 409) | ("switch_primary", 200) | ("inject", 200) | ("forget", 200 | 409)), "{what} answered {status}");
+                assert!(
+                    matches!(
+                        (what, status),
+                        ("switch_alt", 200 | 409) | ("switch_primary", 200) | ("inject", 200) | ("forget", 200 | 409)
+                    ),
+                    "{what} answered {status}"
+                );
                 let (_, view) = c.ok("GET", "/control", None, "").await;
                 let active = view["settings"][0]["value"].as_str().unwrap_or("").to_string();
                 let key_set = view["secrets"][0]["set"] == true;
@@ -300,7 +525,11 @@ fn alternates_manifest(alternates: &str) -> String {
 #[tokio::test]
 async fn a_malformed_alternate_is_a_load_error_naming_the_entry() {
     let rows = [
-        ("    - {name: a, model: m1, driver: anthropic}\n    - {name: a, model: m2, driver: anthropic}\n", "named twice", "alternates[1]"),
+        (
+            "    - {name: a, model: m1, driver: anthropic}\n    - {name: a, model: m2, driver: anthropic}\n",
+            "named twice",
+            "alternates[1]",
+        ),
         ("    - {name: primary, model: m, driver: anthropic}\n", "`primary` cannot name", "alternates[0]"),
         ("    - {name: b, model: m, driver: nobody}\n", "not declared", "alternates[0]"),
         ("    - {name: c, model: m, driver: files}\n", "is a tool, not a driver", "alternates[0]"),
@@ -321,7 +550,10 @@ async fn an_alternate_without_a_credential_is_staged_unavailable_and_named_in_a_
     assert!(w3.rule.contains("alt") && w3.rule.contains("NOT_SET_OPENAI_KEY"), "{w3}");
     let w9 = session.warnings.iter().find(|w| w.code.as_str() == "W-RUN-009").expect("W-RUN-009 for the unknown model");
     assert!(w9.rule.contains("my-local-model"), "{w9}");
-    let r = session.set_setting("inference.driver", json!("alt"), capsule_actors::control::Principal::Operator).await.expect_err("refused");
+    let r = session
+        .set_setting("inference.driver", json!("alt"), capsule_actors::control::Principal::Operator)
+        .await
+        .expect_err("refused");
     assert_eq!((r.status, r.reason), (409, "credential_unresolvable"));
     assert!(r.error.contains("NOT_SET_OPENAI_KEY"), "{}", r.error);
     session.shutdown().await;
@@ -336,14 +568,20 @@ async fn a_config_credential_is_re_read_so_rotation_works_without_a_restart() {
     ));
     let config_path = cap.path().join("host.yaml");
     std::fs::write(&config_path, "credentials: {ROTATING_KEY: key-before}\n").expect("config");
-    let config = capsule_protocol::host_config::parse(&std::fs::read_to_string(&config_path).expect("read"), "host.yaml").expect("parse");
+    let config =
+        capsule_protocol::host_config::parse(&std::fs::read_to_string(&config_path).expect("read"), "host.yaml")
+            .expect("parse");
     let mut opts = cap.options(Default::default());
     opts.host_config = Some((config, config_path.clone()));
     let session = capsule_actors::Session::launch(opts).await.expect("launch");
     assert_eq!(run_task(&session, "a").await.0.exit_status, ExitStatus::Ok);
     std::fs::write(&config_path, "credentials: {ROTATING_KEY: key-after}\n").expect("rotate");
     assert_eq!(run_task(&session, "b").await.0.exit_status, ExitStatus::Ok);
-    let keys: Vec<String> = stub.requests().iter().map(|r| r.headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.clone()).unwrap_or_default()).collect();
+    let keys: Vec<String> = stub
+        .requests()
+        .iter()
+        .map(|r| r.headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.clone()).unwrap_or_default())
+        .collect();
     assert_eq!(keys, vec!["key-before", "key-after"]);
     let dir = session.dir.clone();
     session.shutdown().await;
@@ -381,7 +619,11 @@ fn capsule_control_drives_a_running_capsule_from_another_process() {
         }
         drop(child.stdin.take());
         let out = child.wait_with_output().expect("output");
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     };
     let (code, out, _) = control(&["show", &dir], None);
     assert_eq!(code, Some(0));
@@ -389,7 +631,10 @@ fn capsule_control_drives_a_running_capsule_from_another_process() {
     let (code, out, _) = control(&["secret", &dir, "OPENAI_KEY"], Some(SECRET));
     assert_eq!(code, Some(0), "{out}");
     assert!(!out.contains(SECRET));
-    let (code, out, _) = control(&["set", ready["url"].as_str().expect("url"), "inference.driver", "alt", "--token-file", &token_file], None);
+    let (code, out, _) = control(
+        &["set", ready["url"].as_str().expect("url"), "inference.driver", "alt", "--token-file", &token_file],
+        None,
+    );
     assert_eq!(code, Some(0), "{out}");
     let (code, _, err) = control(&["forget", &dir, "OPENAI_KEY"], None);
     assert_eq!(code, Some(1));

@@ -26,11 +26,17 @@ fn capsule_demo_completes_a_task_with_a_tool_call_and_leaves_result_and_trace() 
     let session = ready["session_id"].as_str().expect("session id").to_string();
     assert!(session.starts_with("ses_") && session.len() == 36, "{session}");
     let frames: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(l).expect("frame line is JSON")).collect();
-    assert!(frames.iter().any(|f| f["event"] == "artifact" && f["data"]["artifact"]["is_error"] == false), "a tool call ran");
+    assert!(
+        frames.iter().any(|f| f["event"] == "artifact" && f["data"]["artifact"]["is_error"] == false),
+        "a tool call ran"
+    );
     let dir = work.path().join(&session);
     let result = std::fs::read_to_string(dir.join("out/result.txt")).expect("result.txt");
     assert!(result.contains("Hello from a Murmur capsule"), "{result}");
-    assert_eq!(std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"), "Hello from a Murmur capsule!\n");
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"),
+        "Hello from a Murmur capsule!\n"
+    );
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
     for e in ["session_start", "task_start", "inference", "tool_call", "task_end", "session_end"] {
         assert!(trace.contains(&format!("\"event_type\":\"{e}\"")), "trace lacks {e}");
@@ -40,7 +46,13 @@ fn capsule_demo_completes_a_task_with_a_tool_call_and_leaves_result_and_trace() 
 #[test]
 fn capsule_run_refuses_a_missing_manifest_with_a_code_and_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = capsule().args(["run"]).arg(dir.path()).args(["--task", "x", "--workdir"]).arg(dir.path().join("w")).output().expect("runs");
+    let out = capsule()
+        .args(["run"])
+        .arg(dir.path())
+        .args(["--task", "x", "--workdir"])
+        .arg(dir.path().join("w"))
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("E-MAN-001"), "{err}");
@@ -78,5 +90,8 @@ fn capsule_demo_runs_through_the_openai_driver_too() {
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"), "Hello from a Murmur capsule!\n");
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"),
+        "Hello from a Murmur capsule!\n"
+    );
 }

@@ -20,7 +20,13 @@ fn send_body(text: &str) -> Value {
 }
 
 async fn rpc(url: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("request");
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request");
     let status = r.status().as_u16();
     (status, serde_json::from_slice(&r.bytes().await.expect("body")).expect("json"))
 }
@@ -52,7 +58,8 @@ fn frames(raw: &str) -> Vec<(Option<u64>, String, Value)> {
             };
             assert_eq!(rest.len(), 2, "event + one data line: {block}");
             let event = rest[0].strip_prefix("event: ").expect("event line").to_string();
-            let data = serde_json::from_str(rest[1].strip_prefix("data: ").expect("data line")).expect("data is one-line JSON");
+            let data = serde_json::from_str(rest[1].strip_prefix("data: ").expect("data line"))
+                .expect("data is one-line JSON");
             (id, event, data)
         })
         .collect()
@@ -62,7 +69,12 @@ fn frames(raw: &str) -> Vec<(Option<u64>, String, Value)> {
 async fn the_agent_card_names_the_capsule() {
     let stub = stub(vec![]);
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
-    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url())).await.expect("get").json().await.expect("json");
+    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
     assert_eq!(card["name"], "test-capsule");
     assert_eq!(card["capabilities"]["streaming"], true);
 }
@@ -88,7 +100,13 @@ async fn message_stream_writes_the_task_frames_in_order_ending_with_one_final_st
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
     let mut body = send_body("hi");
     body["method"] = json!("message/stream");
-    let resp = reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(body.to_string()).send().await.expect("post");
+    let resp = reqwest::Client::new()
+        .post(d.url())
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let raw = read_sse(resp, |_| false).await;
     let fs = frames(&raw);
@@ -102,7 +120,10 @@ async fn message_stream_writes_the_task_frames_in_order_ending_with_one_final_st
     assert_eq!(fs[last_text].2["final"], true);
     assert_eq!(fs[last_text].2["text"], "");
     let last = fs.last().expect("frames");
-    assert_eq!((last.1.as_str(), &last.2["final"], &last.2["status"]["state"]), ("status", &json!(true), &json!("completed")));
+    assert_eq!(
+        (last.1.as_str(), &last.2["final"], &last.2["status"]["state"]),
+        ("status", &json!(true), &json!("completed"))
+    );
     assert_eq!(fs.iter().filter(|f| f.2["final"] == true && f.1 == "status").count(), 1);
     let ids: Vec<u64> = fs.iter().filter_map(|f| f.0).collect();
     assert_eq!(ids.first(), Some(&1), "ids start at 1");
@@ -122,11 +143,17 @@ async fn stream_watch_acks_first_and_replays_after_last_event_id() {
         }
         r.body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send()
     };
-    let all = frames(&read_sse(watch(Some("0")).await.expect("watch"), |t| t.contains("\"final\":true,\"id\":\"tsk_") && t.contains("completed")).await);
+    let all = frames(
+        &read_sse(watch(Some("0")).await.expect("watch"), |t| {
+            t.contains("\"final\":true,\"id\":\"tsk_") && t.contains("completed")
+        })
+        .await,
+    );
     assert_eq!(all[0].1, "connection-ack");
     assert_eq!(all[0].2, json!({"role": "observer", "conversation_mode": "single"}));
     let max = all.iter().filter_map(|f| f.0).max().expect("replayed frames");
-    let after = frames(&read_sse(watch(Some("3")).await.expect("watch"), |t| t.contains(&format!("id: {max}\n"))).await);
+    let after =
+        frames(&read_sse(watch(Some("3")).await.expect("watch"), |t| t.contains(&format!("id: {max}\n"))).await);
     let ids: Vec<u64> = after.iter().filter_map(|f| f.0).collect();
     assert_eq!(ids, (4..=max).collect::<Vec<_>>(), "exactly the frames after 3");
 }
@@ -134,11 +161,22 @@ async fn stream_watch_acks_first_and_replays_after_last_event_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_past_the_ring_writes_a_gap_first() {
     let long = "x".repeat(700);
-    let stub = capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![Turn::text(long)]) }).expect("stub");
+    let stub = capsule_stub::Stub::start(capsule_stub::Script {
+        chunk_chars: 1,
+        ..capsule_stub::Script::new(vec![Turn::text(long)])
+    })
+    .expect("stub");
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
     let (_, v) = rpc(&d.url(), send_body("go")).await;
     assert_eq!(v["result"]["status"]["state"], "completed");
-    let resp = reqwest::Client::new().post(d.url()).header("content-type", "application/json").header("last-event-id", "1").body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send().await.expect("watch");
+    let resp = reqwest::Client::new()
+        .post(d.url())
+        .header("content-type", "application/json")
+        .header("last-event-id", "1")
+        .body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string())
+        .send()
+        .await
+        .expect("watch");
     let fs = frames(&read_sse(resp, |t| t.contains("\"completed\"")).await);
     assert_eq!(fs[0].1, "connection-ack");
     assert_eq!(fs[1].1, "gap");
@@ -165,11 +203,23 @@ async fn bad_requests_get_json_rpc_errors_and_the_capsule_keeps_serving() {
     assert_eq!(v["error"]["code"], -32601);
     let (_, v) = rpc(&d.url(), json!({"jsonrpc": "1.0", "id": 1, "method": "message/send"})).await;
     assert_eq!(v["error"]["code"], -32600);
-    let (_, v) = rpc(&d.url(), json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"parts": []}}})).await;
+    let (_, v) = rpc(
+        &d.url(),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"parts": []}}}),
+    )
+    .await;
     assert_eq!(v["error"]["code"], -32602, "a message with no text");
-    let (_, v) = rpc(&d.url(), json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "tsk_nope"}})).await;
+    let (_, v) =
+        rpc(&d.url(), json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "tsk_nope"}})).await;
     assert_eq!(v["error"]["code"], -32001);
-    let resp = c.post(d.url()).header("content-type", "application/json").header("last-event-id", "abc").body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send().await.expect("watch");
+    let resp = c
+        .post(d.url())
+        .header("content-type", "application/json")
+        .header("last-event-id", "abc")
+        .body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string())
+        .send()
+        .await
+        .expect("watch");
     let fs = frames(&read_sse(resp, |_| false).await);
     assert_eq!(fs.len(), 1);
     assert_eq!(fs[0].1, "error");
@@ -194,7 +244,8 @@ async fn a_busy_single_capsule_rejects_and_a_queue_capsule_queues_up_to_its_dept
     drop(s);
 
     let stub2 = stub(vec![slow(), Turn::text("second")]);
-    let (s2, d2) = serve(&anthropic_capsule(&stub2.url(), &[], "lifecycle: {task_acceptance: queue, queue_depth: 1}\n")).await;
+    let (s2, d2) =
+        serve(&anthropic_capsule(&stub2.url(), &[], "lifecycle: {task_acceptance: queue, queue_depth: 1}\n")).await;
     let mut rx = s2.subscribe(None).await.expect("subscribe");
     let url = d2.url();
     let a = tokio::spawn({
@@ -208,10 +259,10 @@ async fn a_busy_single_capsule_rejects_and_a_queue_capsule_queues_up_to_its_dept
     });
     loop {
         let f = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.expect("frames").expect("open");
-        if let capsule_protocol::frame::Frame::Status { status, .. } = &f.frame {
-            if status.message.starts_with("queued") {
-                break;
-            }
+        if let capsule_protocol::frame::Frame::Status { status, .. } = &f.frame
+            && status.message.starts_with("queued")
+        {
+            break;
         }
     }
     let (_, c) = rpc(&url, send_body("c")).await;
@@ -237,20 +288,32 @@ async fn tasks_cancel_ends_a_running_task_canceled_with_one_final_status() {
             break id;
         }
     };
-    let (_, v) = rpc(&d.url(), json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel", "params": {"id": id}})).await;
+    let (_, v) =
+        rpc(&d.url(), json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel", "params": {"id": id}})).await;
     assert_eq!(v["result"]["status"]["state"], "canceled");
     assert_eq!(send.await.expect("join").1["result"]["status"]["state"], "canceled");
     let rest = frames_until_final(&mut rx, &id).await;
-    let finals = rest.iter().filter(|f| matches!(&f.frame, capsule_protocol::frame::Frame::Status { is_final: true, .. })).count();
+    let finals = rest
+        .iter()
+        .filter(|f| matches!(&f.frame, capsule_protocol::frame::Frame::Status { is_final: true, .. }))
+        .count();
     assert_eq!(finals, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_does_not_stall_the_task_or_other_clients() {
     let paced = Turn { event_interval_ms: Some(1), ..Turn::text("z".repeat(1000)) };
-    let stub = capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![paced]) }).expect("stub");
+    let stub =
+        capsule_stub::Stub::start(capsule_stub::Script { chunk_chars: 1, ..capsule_stub::Script::new(vec![paced]) })
+            .expect("stub");
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
-    let watch = || reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string()).send();
+    let watch = || {
+        reqwest::Client::new()
+            .post(d.url())
+            .header("content-type", "application/json")
+            .body(json!({"jsonrpc": "2.0", "id": 9, "method": "stream/watch"}).to_string())
+            .send()
+    };
     let _stuck = watch().await.expect("a watcher that never reads its body");
     let reader = watch().await.expect("a reading watcher");
     let (_, v) = rpc(&d.url(), send_body("go")).await;
@@ -266,14 +329,30 @@ async fn a_client_that_never_reads_does_not_stall_the_task_or_other_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_frames_reach_the_client_as_sse() {
-    let t = Turn { thinking: Some(capsule_stub::Thinking { text: "pondering".into(), signature: "s".into() }), ..Turn::text("answer") };
+    let t = Turn {
+        thinking: Some(capsule_stub::Thinking { text: "pondering".into(), signature: "s".into() }),
+        ..Turn::text("answer")
+    };
     let stub = stub(vec![t]);
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
     let mut body = send_body("hi");
     body["method"] = json!("message/stream");
-    let resp = reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(body.to_string()).send().await.expect("post");
+    let resp = reqwest::Client::new()
+        .post(d.url())
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
     let fs = frames(&read_sse(resp, |_| false).await);
-    let thinking: String = fs.iter().filter(|f| f.1 == "thinking").map(|f| { assert_eq!(f.2["final"], false); f.2["text"].as_str().unwrap_or("").to_string() }).collect();
+    let thinking: String = fs
+        .iter()
+        .filter(|f| f.1 == "thinking")
+        .map(|f| {
+            assert_eq!(f.2["final"], false);
+            f.2["text"].as_str().unwrap_or("").to_string()
+        })
+        .collect();
     assert_eq!(thinking, "pondering");
     let first_thinking = fs.iter().position(|f| f.1 == "thinking").expect("thinking");
     let first_text = fs.iter().position(|f| f.1 == "text").expect("text");

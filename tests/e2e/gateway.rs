@@ -24,9 +24,17 @@ async fn the_gateway_attaches_the_key_and_it_appears_nowhere_else() {
     assert_eq!(header("authorization"), None);
     assert_eq!(req.path, "/v1/messages");
     // The guest's environment never holds the key.
-    let prepared = capsule_actors::launch::prepare(&cap.options([("TEST_PROVIDER_KEY".to_string(), KEY.to_string())].into()), "ses_x").expect("prepare");
+    let prepared = capsule_actors::launch::prepare(
+        &cap.options([("TEST_PROVIDER_KEY".to_string(), KEY.to_string())].into()),
+        "ses_x",
+    )
+    .expect("prepare");
     for a in &prepared.artifacts {
-        assert!(a.grants.env.iter().all(|(k, v)| !v.contains(KEY) && k != "TEST_PROVIDER_KEY"), "key in {}'s env", a.decl.name);
+        assert!(
+            a.grants.env.iter().all(|(k, v)| !v.contains(KEY) && k != "TEST_PROVIDER_KEY"),
+            "key in {}'s env",
+            a.decl.name
+        );
         let endpoint = a.grants.env.iter().find(|(k, _)| k == "MURMUR_INFERENCE_ENDPOINT").map(|(_, v)| v.clone());
         assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:1"), "the driver sees only the unbound gateway address");
     }
@@ -51,7 +59,11 @@ async fn a_guest_set_auth_header_is_replaced_not_forwarded() {
     let (outcome, _) = run_task(&session, "hello").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok);
     let req = &stub.requests()[0];
-    assert!(req.headers.iter().all(|(k, _)| k != "x-api-key" && k != "authorization"), "keyless sends no credential: {:?}", req.headers);
+    assert!(
+        req.headers.iter().all(|(k, _)| k != "x-api-key" && k != "authorization"),
+        "keyless sends no credential: {:?}",
+        req.headers
+    );
     session.shutdown().await;
 }
 
@@ -68,7 +80,8 @@ async fn an_older_driver_that_sets_its_own_auth_header_gets_the_real_credential_
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     assert_eq!(outcome.message, "legacy ok");
     let req = &stub.requests()[0];
-    let values: Vec<&str> = req.headers.iter().filter(|(k, _)| k == "x-api-key" || k == "authorization").map(|(_, v)| v.as_str()).collect();
+    let values: Vec<&str> =
+        req.headers.iter().filter(|(k, _)| k == "x-api-key" || k == "authorization").map(|(_, v)| v.as_str()).collect();
     assert_eq!(values, vec![KEY], "the guest's own headers were stripped and only the real key attached");
     session.shutdown().await;
 }

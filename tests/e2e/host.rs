@@ -4,8 +4,8 @@
 //! limit makes it `failed`, while another capsule keeps answering tasks throughout.
 
 use crate::common::*;
-use capsule_actors::host::{Action, CapsuleEntry, CapsuleState, HostHandle, RestartPolicy, Shared};
 use capsule_actors::Session;
+use capsule_actors::host::{Action, CapsuleEntry, CapsuleState, HostHandle, RestartPolicy, Shared};
 use capsule_protocol::host_file::PlannedCapsule;
 use capsule_stub::Turn;
 use serde_json::{Value, json};
@@ -38,7 +38,13 @@ fn send_body(text: &str) -> Value {
 }
 
 async fn send(url: &str, text: &str) -> Value {
-    let r = reqwest::Client::new().post(url).header("content-type", "application/json").body(send_body(text).to_string()).send().await.expect("door answers");
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(send_body(text).to_string())
+        .send()
+        .await
+        .expect("door answers");
     r.json().await.expect("json")
 }
 
@@ -48,7 +54,13 @@ fn traces(workdir: &Path) -> Vec<Vec<Value>> {
     for e in std::fs::read_dir(workdir).expect("workdir").flatten() {
         let t = e.path().join("trace.jsonl");
         if t.is_file() {
-            out.push(std::fs::read_to_string(t).expect("trace").lines().map(|l| serde_json::from_str(l).expect("json line")).collect());
+            out.push(
+                std::fs::read_to_string(t)
+                    .expect("trace")
+                    .lines()
+                    .map(|l| serde_json::from_str(l).expect("json line"))
+                    .collect(),
+            );
         }
     }
     out
@@ -84,7 +96,11 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
         s
     });
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.expect("ready within 60 s").expect("stdout").expect("a ready line");
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("ready within 60 s")
+        .expect("stdout")
+        .expect("a ready line");
     let ready: Value = serde_json::from_str(&line).expect("ready is JSON");
     assert_eq!(ready["type"], "ready");
     assert_eq!(ready["capsules"].as_array().expect("capsules").len(), 2, "{ready}");
@@ -109,7 +125,10 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
     let restarted: Value = r.json().await.expect("json");
     assert_eq!(restarted["state"], "running");
     assert_ne!(restarted["session_id"], list[0]["session_id"], "a restart is a new session");
-    assert_eq!(send(restarted["url"].as_str().expect("url"), "again").await["result"]["status"]["response"], "from alpha");
+    assert_eq!(
+        send(restarted["url"].as_str().expect("url"), "again").await["result"]["status"]["response"],
+        "from alpha"
+    );
 
     let r = c.post(format!("{api}/capsules/nope/start")).send().await.expect("unknown");
     assert_eq!(r.status().as_u16(), 404);
@@ -125,17 +144,31 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
         let url = beta_url.to_string();
         let mut body = send_body("slow");
         body["method"] = json!("message/stream");
-        async move { reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("stream starts").text().await }
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("stream starts")
+                .text()
+                .await
+        }
     });
     eventually("beta's slow task to reach the provider", || async { stub_b.requests().len() == 2 }).await;
     let pid = child.id().expect("pid").to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("exits within 60 s").expect("wait");
+    let status =
+        tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("exits within 60 s").expect("wait");
     let err = stderr.await.expect("stderr");
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}\n{err}");
     let sse = running.await.expect("join").expect("the stream ends with the task");
     let last = sse.split("\n\n").filter(|b| b.contains("event: status")).last().unwrap_or_default();
-    assert!(last.contains("\"state\":\"canceled\"") && last.contains("\"final\":true"), "the client read a final canceled status: {sse}");
+    assert!(
+        last.contains("\"state\":\"canceled\"") && last.contains("\"final\":true"),
+        "the client read a final canceled status: {sse}"
+    );
 
     let alpha = traces(&root.path().join("capsule-work/alpha"));
     let beta = traces(&root.path().join("capsule-work/beta"));
@@ -188,9 +221,17 @@ async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_ke
     let stub_a = stub((0..10).map(|_| Turn::text("alpha is back")).collect());
     let stub_b = stub((0..5000).map(|_| Turn::text("pong")).collect());
     let (a, b) = (anthropic_capsule(&stub_a.url(), &[], ""), anthropic_capsule(&stub_b.url(), &[], ""));
-    let planned = |name: &str, cap: &Capsule| PlannedCapsule { name: name.into(), manifest: cap.path().to_path_buf(), workdir: cap.workdir.clone(), port: 0 };
-    let shared = Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
-    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default()).await.expect("host starts");
+    let planned = |name: &str, cap: &Capsule| PlannedCapsule {
+        name: name.into(),
+        manifest: cap.path().to_path_buf(),
+        workdir: cap.workdir.clone(),
+        port: 0,
+    };
+    let shared =
+        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default())
+        .await
+        .expect("host starts");
     let settled = host.settled().await.expect("settled");
     assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
     let beta = entry(&host, "beta").await;
@@ -215,7 +256,10 @@ async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_ke
     for round in 1..=policy.max_restarts as u32 {
         let session = host.session("alpha").await.expect("host answers").expect("alpha runs");
         crash_loop(&session).await;
-        let e = wait_for(&host, "alpha", "a restart as a new session", |e| e.state == CapsuleState::Running && e.session_id != session_id).await;
+        let e = wait_for(&host, "alpha", "a restart as a new session", |e| {
+            e.state == CapsuleState::Running && e.session_id != session_id
+        })
+        .await;
         assert_eq!(e.restarts, round);
         assert!(e.error.as_deref().unwrap_or("").starts_with("E-RUN-050: crash loop in gateway/anthropic"), "{e:?}");
         session_id = e.session_id;
@@ -238,11 +282,18 @@ async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_ke
     neighbour.await.expect("beta answered every task");
     assert!(answered.load(Ordering::SeqCst) >= 10, "beta answered only {} tasks", answered.load(Ordering::SeqCst));
     let beta_after = entry(&host, "beta").await;
-    assert_eq!((beta_after.state, beta_after.restarts, &beta_after.session_id), (CapsuleState::Running, 0, &beta.session_id));
+    assert_eq!(
+        (beta_after.state, beta_after.restarts, &beta_after.session_id),
+        (CapsuleState::Running, 0, &beta.session_id)
+    );
 
     let end = host.shutdown().await.expect("shutdown");
     assert!(end.iter().all(|e| e.state == CapsuleState::Stopped), "{end:?}");
-    assert_eq!(host.act("beta", Action::Start).await, Err(capsule_actors::host::HostError::Unavailable), "a stopped host answers nothing");
+    assert_eq!(
+        host.act("beta", Action::Start).await,
+        Err(capsule_actors::host::HostError::Unavailable),
+        "a stopped host answers nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,23 +302,43 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
     let good = anthropic_capsule(&stub.url(), &[], "");
     let missing = tempfile::tempdir().expect("tempdir");
     let planned = vec![
-        PlannedCapsule { name: "good".into(), manifest: good.path().to_path_buf(), workdir: good.workdir.clone(), port: 0 },
-        PlannedCapsule { name: "broken".into(), manifest: missing.path().join("nothing-here"), workdir: missing.path().join("work"), port: 0 },
+        PlannedCapsule {
+            name: "good".into(),
+            manifest: good.path().to_path_buf(),
+            workdir: good.workdir.clone(),
+            port: 0,
+        },
+        PlannedCapsule {
+            name: "broken".into(),
+            manifest: missing.path().join("nothing-here"),
+            workdir: missing.path().join("work"),
+            port: 0,
+        },
     ];
-    let shared = Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let shared =
+        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
     let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
     let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
     wait_for(&host, "broken", "failed after its retries", |e| e.state == CapsuleState::Failed).await;
-    let list: Vec<Value> = reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
+    let list: Vec<Value> =
+        reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
     assert_eq!(list[0]["state"], "running");
     assert_eq!(list[1]["state"], "failed");
     assert_eq!(list[1]["restarts"], 3);
     assert!(list[1]["error"].as_str().expect("error").starts_with("E-MAN-001"), "{}", list[1]);
     assert_eq!(list[1]["url"], Value::Null);
-    let one: Value = reqwest::get(format!("{}/capsules/good", api.url())).await.expect("get").json().await.expect("json");
+    let one: Value =
+        reqwest::get(format!("{}/capsules/good", api.url())).await.expect("get").json().await.expect("json");
     assert_eq!(one["state"], "running");
-    let stopped: Value = reqwest::Client::new().post(format!("{}/capsules/good/stop", api.url())).send().await.expect("stop").json().await.expect("json");
+    let stopped: Value = reqwest::Client::new()
+        .post(format!("{}/capsules/good/stop", api.url()))
+        .send()
+        .await
+        .expect("stop")
+        .json()
+        .await
+        .expect("json");
     assert_eq!((stopped["state"].as_str(), &stopped["url"]), (Some("stopped"), &Value::Null));
     let trace = traces(&good.workdir);
     assert_eq!(trace[0].last().expect("lines")["event_type"], "session_end", "a stop is graceful");

@@ -4,7 +4,7 @@
 use crate::common::*;
 use capsule_protocol::frame::{Frame, TaskState};
 use capsule_protocol::trace::ExitStatus;
-use capsule_stub::{Turn, ToolCall};
+use capsule_stub::{ToolCall, Turn};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,7 +23,11 @@ async fn an_undeclared_tool_goes_back_to_the_model_as_an_error_and_the_task_goes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_never_stops_calling_tools_ends_max_turns_reached() {
-    let stub = stub(vec![Turn::tool_call("nope", json!({})), Turn::tool_call("nope", json!({})), Turn::tool_call("nope", json!({}))]);
+    let stub = stub(vec![
+        Turn::tool_call("nope", json!({})),
+        Turn::tool_call("nope", json!({})),
+        Turn::tool_call("nope", json!({})),
+    ]);
     let cap = anthropic_capsule(&stub.url(), &[], "  max_turns: 2\n");
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "x").await;
@@ -37,10 +41,17 @@ async fn a_task_that_never_stops_calling_tools_ends_max_turns_reached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
     let calls = vec![
-        ToolCall { id: Some("c1".into()), name: "files".into(), input: json!({"op": "write", "path": "n.txt", "content": "1"}) },
+        ToolCall {
+            id: Some("c1".into()),
+            name: "files".into(),
+            input: json!({"op": "write", "path": "n.txt", "content": "1"}),
+        },
         ToolCall { id: Some("c2".into()), name: "files".into(), input: json!({"op": "read", "path": "n.txt"}) },
     ];
-    let stub = stub(vec![Turn { text: Some("working".into()), tool_calls: Some(calls), ..Default::default() }, Turn::text("all done")]);
+    let stub = stub(vec![
+        Turn { text: Some("working".into()), tool_calls: Some(calls), ..Default::default() },
+        Turn::text("all done"),
+    ]);
     let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "");
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "x").await;
@@ -51,11 +62,18 @@ async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
     let first_working = kinds.iter().position(|k| *k == "status").expect("working");
     let started = kinds.iter().position(|k| *k == "tool-call-started").expect("started");
     let first_artifact = kinds.iter().position(|k| *k == "artifact").expect("artifact");
-    let text_final = frames.iter().position(|f| matches!(f.frame, Frame::Text { is_final: true, .. })).expect("text final");
+    let text_final =
+        frames.iter().position(|f| matches!(f.frame, Frame::Text { is_final: true, .. })).expect("text final");
     assert!(first_working < started && started < text_final && text_final < first_artifact, "{kinds:?}");
-    let progress_before: Vec<usize> = kinds.iter().enumerate().filter(|(_, k)| **k == "tool-call-progress").map(|(i, _)| i).collect();
+    let progress_before: Vec<usize> =
+        kinds.iter().enumerate().filter(|(_, k)| **k == "tool-call-progress").map(|(i, _)| i).collect();
     assert!(progress_before.iter().all(|i| *i < first_artifact), "progress precedes artifacts: {kinds:?}");
-    let arts: Vec<_> = frames.iter().filter_map(|f| if let Frame::Artifact { artifact, .. } = &f.frame { artifact.tool_call_id.clone() } else { None }).collect();
+    let arts: Vec<_> = frames
+        .iter()
+        .filter_map(
+            |f| if let Frame::Artifact { artifact, .. } = &f.frame { artifact.tool_call_id.clone() } else { None },
+        )
+        .collect();
     assert_eq!(arts, vec!["c1".to_string(), "c2".to_string()]);
     match &frames.last().expect("last").frame {
         Frame::Status { status, is_final: true, .. } => {
@@ -66,10 +84,20 @@ async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
     }
     let dir = session.dir.clone();
     session.shutdown().await;
-    let record: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("conversation.jsonl")).expect("record").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let record: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("conversation.jsonl"))
+        .expect("record")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
     let roles: Vec<&str> = record.iter().map(|m| m["role"].as_str().unwrap_or("")).collect();
     assert_eq!(roles, vec!["user", "assistant", "tool", "tool", "assistant"]);
-    let events: Vec<String> = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace").lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["event_type"].as_str().unwrap_or("").to_string()).collect();
+    let events: Vec<String> = std::fs::read_to_string(dir.join("trace.jsonl"))
+        .expect("trace")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["event_type"].as_str().unwrap_or("").to_string()
+        })
+        .collect();
     for e in ["session_start", "task_start", "inference", "tool_call", "task_end", "session_end"] {
         assert!(events.iter().any(|x| x == e), "trace lacks {e}: {events:?}");
     }
@@ -92,6 +120,9 @@ async fn a_held_continuation_sends_only_the_tail_and_a_dropped_one_resends_every
     assert_eq!(reply("forget it").await, "messages=1 continuation=cont-4", "the call that drops the id still used it");
     // The empty id was dropped: the next call resends the whole conversation.
     let whole = reply("after").await;
-    assert_eq!(whole, "messages=11 continuation=none", "4 tasks of user+assistant, the tool round's extra assistant+tool, and this user message");
+    assert_eq!(
+        whole, "messages=11 continuation=none",
+        "4 tasks of user+assistant, the tool round's extra assistant+tool, and this user message"
+    );
     session.shutdown().await;
 }

@@ -36,19 +36,29 @@ async fn a_200_kb_tool_input_streams_as_coalesced_progress_ending_at_its_size_be
     // pieces, which is the stub's compact serialization of `input`.
     let total = u64::try_from(input.to_string().len()).expect("fits");
     let call = Turn { event_interval_ms: Some(EVENT_INTERVAL_MS), ..Turn::tool_call("files", input) };
-    let stub = Stub::start(Script { delta_bytes: DELTA_BYTES, ..Script::new(vec![call, Turn::text("written")]) }).expect("stub");
+    let stub = Stub::start(Script { delta_bytes: DELTA_BYTES, ..Script::new(vec![call, Turn::text("written")]) })
+        .expect("stub");
     let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "");
     let session = Arc::new(cap.launch().await.expect("launch"));
     let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
 
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": "write big.txt"}]}}});
-    let mut resp = reqwest::Client::new().post(d.url()).header("content-type", "application/json").body(body.to_string()).send().await.expect("post");
+    let mut resp = reqwest::Client::new()
+        .post(d.url())
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut parser = sse_client::SseParser::new();
     let mut frames: Vec<Received> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     'read: loop {
-        let chunk = tokio::time::timeout_at(deadline, resp.chunk()).await.expect("the task ends within 60 s").expect("the stream reads");
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("the task ends within 60 s")
+            .expect("the stream reads");
         let Some(chunk) = chunk else { break };
         let at = Instant::now();
         for ev in parser.push(&chunk) {
@@ -68,7 +78,8 @@ async fn a_200_kb_tool_input_streams_as_coalesced_progress_ending_at_its_size_be
     assert_eq!(started[0].data["tool_name"], "files");
     let call_id = started[0].data["tool_call_id"].as_str().expect("call id").to_string();
 
-    let progress: Vec<(usize, &Received)> = frames.iter().enumerate().filter(|(_, f)| f.event == "tool-call-progress").collect();
+    let progress: Vec<(usize, &Received)> =
+        frames.iter().enumerate().filter(|(_, f)| f.event == "tool-call-progress").collect();
     assert!(progress.iter().all(|(_, f)| f.data["tool_call_id"] == call_id.as_str()), "progress frames name the call");
     let sizes: Vec<u64> = progress.iter().map(|(_, f)| f.data["input_bytes"].as_u64().expect("input_bytes")).collect();
     assert!(sizes.windows(2).all(|w| w[1] > w[0]), "sizes strictly increase: {sizes:?}");
@@ -84,14 +95,30 @@ async fn a_200_kb_tool_input_streams_as_coalesced_progress_ending_at_its_size_be
     let answer = Duration::from_nanos(u64::try_from(stub.requests()[0].stub_elapsed_ns).expect("fits"));
     let (first_at, last_at) = (progress[0].1.at, progress[progress.len() - 1].1.at);
     let stream_duration = answer.max(last_at - first_at);
-    assert!(answer >= Duration::from_secs(1), "the stub spread the input over {answer:?}; the 250 ms rule needs more than a second");
+    assert!(
+        answer >= Duration::from_secs(1),
+        "the stub spread the input over {answer:?}; the 250 ms rule needs more than a second"
+    );
     let bound = usize::try_from(stream_duration.as_millis() / INTERVAL.as_millis()).expect("fits") + 2;
-    assert!(sizes.len() <= bound, "{} progress frames over {stream_duration:?}: at most {bound} (one per 250 ms plus the flush): {sizes:?}", sizes.len());
-    assert!(sizes.len() >= 3, "over {stream_duration:?} there is a first frame, at least one timed frame and the last: {sizes:?}");
+    assert!(
+        sizes.len() <= bound,
+        "{} progress frames over {stream_duration:?}: at most {bound} (one per 250 ms plus the flush): {sizes:?}",
+        sizes.len()
+    );
+    assert!(
+        sizes.len() >= 3,
+        "over {stream_duration:?} there is a first frame, at least one timed frame and the last: {sizes:?}"
+    );
 
-    let artifact = frames.iter().position(|f| f.event == "artifact" && f.data["artifact"]["tool_call_id"] == call_id.as_str()).expect("the call's artifact");
+    let artifact = frames
+        .iter()
+        .position(|f| f.event == "artifact" && f.data["artifact"]["tool_call_id"] == call_id.as_str())
+        .expect("the call's artifact");
     let last_progress = progress[progress.len() - 1].0;
-    assert!(last_progress < artifact, "the last progress frame (#{last_progress}) comes before the artifact (#{artifact})");
+    assert!(
+        last_progress < artifact,
+        "the last progress frame (#{last_progress}) comes before the artifact (#{artifact})"
+    );
     assert_eq!(frames[artifact].data["artifact"]["is_error"], false, "{}", frames[artifact].data);
     let written = std::fs::read_to_string(session.workdir.join("big.txt")).expect("big.txt written");
     assert_eq!(written.len(), CONTENT_BYTES, "the tool got the whole input");

@@ -44,33 +44,60 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 fn assert_frames_continue(dir: &std::path::Path) -> u64 {
     let ids: Vec<u64> = lines_of(&dir.join("frames.jsonl")).iter().filter_map(|f| f["id"].as_u64()).collect();
     assert!(!ids.is_empty());
-    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "frame ids continue across the restart with no gap and no repeat");
+    assert_eq!(
+        ids,
+        (1..=ids.len() as u64).collect::<Vec<_>>(),
+        "frame ids continue across the restart with no gap and no repeat"
+    );
     ids.len() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_during_a_tool_call_resumes_without_re_running_finished_calls() {
     let calls = vec![
-        ToolCall { id: Some("c1".into()), name: "files".into(), input: json!({"op": "write", "path": "a.txt", "content": "x"}) },
+        ToolCall {
+            id: Some("c1".into()),
+            name: "files".into(),
+            input: json!({"op": "write", "path": "a.txt", "content": "x"}),
+        },
         ToolCall { id: Some("c2".into()), name: "spin".into(), input: json!({}) },
     ];
-    let stub = Stub::start(Script::new(vec![Turn { tool_calls: Some(calls), ..Default::default() }, Turn::text("finished after resume")])).expect("stub");
-    let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files"), ("spin", "{DIST}/guest-spin-forever.wasm")], "capabilities: {limits: {deadline_seconds: 60}}\nlifecycle: {after_task: sleep}\n");
+    let stub = Stub::start(Script::new(vec![
+        Turn { tool_calls: Some(calls), ..Default::default() },
+        Turn::text("finished after resume"),
+    ]))
+    .expect("stub");
+    let cap = anthropic_capsule(
+        &stub.url(),
+        &[("files", "{ARTIFACTS}/files"), ("spin", "{DIST}/guest-spin-forever.wasm")],
+        "capabilities: {limits: {deadline_seconds: 60}}\nlifecycle: {after_task: sleep}\n",
+    );
     let url = stub.url();
-    let mut first = capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "work", "--endpoint", &url], &cap);
+    let mut first =
+        capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "work", "--endpoint", &url], &cap);
     let dir = ready_dir(&mut first);
-    wait_for("c2 to start", || lines_of(&dir.join("trace.jsonl")).iter().any(|e| e["event_type"] == "tool_call_started" && e["tool_call_id"] == "c2"));
+    wait_for("c2 to start", || {
+        lines_of(&dir.join("trace.jsonl"))
+            .iter()
+            .any(|e| e["event_type"] == "tool_call_started" && e["tool_call_id"] == "c2")
+    });
     first.kill().expect("kill -9");
     let _ = first.wait();
     let before = assert_frames_continue(&dir);
 
     let mut second = capsule_cmd(&["run", "--resume", &dir.display().to_string(), "--endpoint", &url], &cap);
     let _ = ready_dir(&mut second);
-    wait_for("the resumed task to end", || lines_of(&dir.join("trace.jsonl")).iter().any(|e| e["event_type"] == "task_end"));
+    wait_for("the resumed task to end", || {
+        lines_of(&dir.join("trace.jsonl")).iter().any(|e| e["event_type"] == "task_end")
+    });
     let reqs = stub.requests();
     assert_eq!(reqs.len(), 2, "one call before the kill, one after");
     let msgs = reqs[1].body["messages"].as_array().expect("messages").clone();
-    let results: Vec<Value> = msgs.iter().flat_map(|m| m["content"].as_array().cloned().unwrap_or_default()).filter(|b| b["type"] == "tool_result").collect();
+    let results: Vec<Value> = msgs
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
     assert_eq!(results.len(), 2, "{msgs:?}");
     assert_eq!(results[0]["tool_use_id"], "c1");
     assert_ne!(results[0]["is_error"], true);
@@ -78,7 +105,8 @@ async fn a_kill_during_a_tool_call_resumes_without_re_running_finished_calls() {
     assert_eq!(results[1]["is_error"], true);
     assert!(results[1].to_string().contains("E-RUN-090"), "the interrupted call is reported as such: {}", results[1]);
     let trace = lines_of(&dir.join("trace.jsonl"));
-    let started_c1 = trace.iter().filter(|e| e["event_type"] == "tool_call_started" && e["tool_call_id"] == "c1").count();
+    let started_c1 =
+        trace.iter().filter(|e| e["event_type"] == "tool_call_started" && e["tool_call_id"] == "c1").count();
     assert_eq!(started_c1, 1, "the finished call was not run again");
     assert!(trace.iter().any(|e| e["event_type"] == "session_resumed"));
     assert!(trace.iter().any(|e| e["event_type"] == "task_end" && e["exit_status"] == "ok"));
@@ -89,12 +117,23 @@ async fn a_kill_during_a_tool_call_resumes_without_re_running_finished_calls() {
     assert!(after > before);
     // A client reconnecting with the last id it saw before the kill gets no gap.
     let door = std::fs::read_to_string(dir.join("door.url")).expect("door url");
-    let resp = reqwest::Client::new().post(door.trim()).header("content-type", "application/json").header("last-event-id", before.to_string()).body(json!({"jsonrpc": "2.0", "id": 1, "method": "stream/watch"}).to_string()).send().await.expect("watch");
+    let resp = reqwest::Client::new()
+        .post(door.trim())
+        .header("content-type", "application/json")
+        .header("last-event-id", before.to_string())
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "stream/watch"}).to_string())
+        .send()
+        .await
+        .expect("watch");
     let mut body = resp.bytes_stream();
     let mut text = String::new();
     use futures::StreamExt;
     while !text.contains(&format!("id: {after}\n")) {
-        let chunk = tokio::time::timeout(Duration::from_secs(10), body.next()).await.expect("frames").expect("open").expect("chunk");
+        let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+            .await
+            .expect("frames")
+            .expect("open")
+            .expect("chunk");
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     assert!(!text.contains("event: gap"), "no gap across the restart");
@@ -106,12 +145,16 @@ async fn a_kill_during_a_tool_call_resumes_without_re_running_finished_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_during_a_provider_stream_re_issues_the_call_on_resume() {
     let slow = Turn { text: Some("y".repeat(400)), event_interval_ms: Some(20), ..Default::default() };
-    let stub = Stub::start(Script { chunk_chars: 1, ..Script::new(vec![slow, Turn::text("done after resume")]) }).expect("stub");
+    let stub = Stub::start(Script { chunk_chars: 1, ..Script::new(vec![slow, Turn::text("done after resume")]) })
+        .expect("stub");
     let cap = anthropic_capsule(&stub.url(), &[], "");
     let url = stub.url();
-    let mut first = capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "stream", "--endpoint", &url], &cap);
+    let mut first =
+        capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "stream", "--endpoint", &url], &cap);
     let dir = ready_dir(&mut first);
-    wait_for("text frames to stream", || lines_of(&dir.join("frames.jsonl")).iter().filter(|f| f["event"] == "text").count() >= 5);
+    wait_for("text frames to stream", || {
+        lines_of(&dir.join("frames.jsonl")).iter().filter(|f| f["event"] == "text").count() >= 5
+    });
     first.kill().expect("kill -9");
     let _ = first.wait();
     let out = Command::new(env!("CARGO_BIN_EXE_capsule"))
@@ -122,7 +165,10 @@ async fn a_kill_during_a_provider_stream_re_issues_the_call_on_resume() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stub.requests().len(), 2, "the in-flight call was issued again");
     assert_eq!(std::fs::read_to_string(dir.join("out/result.txt")).expect("result"), "done after resume");
-    let roles: Vec<String> = lines_of(&dir.join("conversation.jsonl")).iter().map(|m| m["role"].as_str().unwrap_or("").to_string()).collect();
+    let roles: Vec<String> = lines_of(&dir.join("conversation.jsonl"))
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or("").to_string())
+        .collect();
     assert_eq!(roles, vec!["user", "assistant"], "the cut reply was never recorded; the re-issued one was, once");
     assert_frames_continue(&dir);
 }

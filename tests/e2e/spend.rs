@@ -15,7 +15,11 @@ async fn a_call_past_the_session_ceiling_is_never_sent_and_the_refusal_latches()
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "hello").await;
     assert_eq!(outcome.exit_status, ExitStatus::SpendCeilingReached);
-    assert!(outcome.message.starts_with("E-RUN-080") && outcome.message.contains("inference.max_session_tokens"), "{}", outcome.message);
+    assert!(
+        outcome.message.starts_with("E-RUN-080") && outcome.message.contains("inference.max_session_tokens"),
+        "{}",
+        outcome.message
+    );
     assert!(stub.requests().is_empty(), "the refused call was never sent");
     match &frames.last().expect("frames").frame {
         Frame::Status { status, is_final: true, .. } => {
@@ -53,10 +57,14 @@ async fn a_call_within_the_ceiling_is_settled_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_sharing_the_host_meter_stop_at_its_ceiling() {
     let ledger = tempfile::tempdir().expect("ledger");
-    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(ledger.path(), Some(1500))).await.expect("meter");
+    let (meter, _) =
+        ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(ledger.path(), Some(1500))).await.expect("meter");
     // The first call reports 900 output tokens: settled ≈ estimate + 900, so the second
     // call's reservation (estimate + 1000) no longer fits under 1500.
-    let first = Turn { usage: Some(capsule_stub::Usage { input_tokens: Some(10), output_tokens: Some(900), cached_tokens: None }), ..Turn::text("first") };
+    let first = Turn {
+        usage: Some(capsule_stub::Usage { input_tokens: Some(10), output_tokens: Some(900), cached_tokens: None }),
+        ..Turn::text("first")
+    };
     let stub = stub(vec![first, Turn::text("second")]);
     let mut outcomes = Vec::new();
     for _ in 0..2 {

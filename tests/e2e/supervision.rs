@@ -20,7 +20,10 @@ fn final_status(frames: &[capsule_protocol::frame::NumberedFrame]) -> (TaskState
 }
 
 fn artifacts(frames: &[capsule_protocol::frame::NumberedFrame]) -> Vec<capsule_protocol::frame::ArtifactBody> {
-    frames.iter().filter_map(|f| if let Frame::Artifact { artifact, .. } = &f.frame { Some(artifact.clone()) } else { None }).collect()
+    frames
+        .iter()
+        .filter_map(|f| if let Frame::Artifact { artifact, .. } = &f.frame { Some(artifact.clone()) } else { None })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,7 +69,11 @@ async fn a_tool_panic_is_an_error_result_for_the_model_and_the_task_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_past_its_deadline_gets_the_deadline_error_not_a_crash() {
     let stub = stub(vec![Turn::tool_call("spin", json!({})), Turn::text("ok")]);
-    let cap = anthropic_capsule(&stub.url(), &[("spin", "{DIST}/guest-spin-forever.wasm")], "capabilities: {limits: {deadline_seconds: 1}}\n");
+    let cap = anthropic_capsule(
+        &stub.url(),
+        &[("spin", "{DIST}/guest-spin-forever.wasm")],
+        "capabilities: {limits: {deadline_seconds: 1}}\n",
+    );
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "spin").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok);
@@ -78,7 +85,11 @@ async fn a_tool_past_its_deadline_gets_the_deadline_error_not_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_past_its_memory_limit_gets_the_memory_error_not_a_crash() {
     let stub = stub(vec![Turn::tool_call("balloon", json!({})), Turn::text("ok")]);
-    let cap = anthropic_capsule(&stub.url(), &[("balloon", "{DIST}/guest-balloon-memory.wasm")], "capabilities: {limits: {memory_bytes: 67108864}}\n");
+    let cap = anthropic_capsule(
+        &stub.url(),
+        &[("balloon", "{DIST}/guest-balloon-memory.wasm")],
+        "capabilities: {limits: {memory_bytes: 67108864}}\n",
+    );
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "balloon").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok);
@@ -108,14 +119,18 @@ async fn a_crashed_gateway_is_restarted_and_the_next_task_works() {
     let (outcome, _) = run_task(&session, "hi").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     assert_eq!(outcome.message, "after restart");
-    let restarted = trace(&session).iter().any(|e| e["event_type"] == "actor_restarted" && e["actor"] == "gateway/anthropic");
+    let restarted =
+        trace(&session).iter().any(|e| e["event_type"] == "actor_restarted" && e["actor"] == "gateway/anthropic");
     assert!(restarted, "the restart is in the trace");
     session.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_tools_actor_is_restarted_and_the_next_tool_call_works() {
-    let stub = stub(vec![Turn::tool_call("files", json!({"op": "write", "path": "a.txt", "content": "x"})), Turn::text("done")]);
+    let stub = stub(vec![
+        Turn::tool_call("files", json!({"op": "write", "path": "a.txt", "content": "x"})),
+        Turn::text("done"),
+    ]);
     let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "");
     let session = cap.launch().await.expect("launch");
     assert!(session.inject_tools_panic());
@@ -135,7 +150,10 @@ async fn repeated_crashes_back_off_and_a_crash_loop_stops_the_capsule_instead_of
     assert!(session.inject_gateway_panic("anthropic"));
     eventually("the first restart", || async { session.restarts().await.get("gateway/anthropic") == Some(&1) }).await;
     assert!(session.inject_gateway_panic("anthropic"));
-    eventually("the second restart, after its backoff", || async { session.restarts().await.get("gateway/anthropic") == Some(&2) }).await;
+    eventually("the second restart, after its backoff", || async {
+        session.restarts().await.get("gateway/anthropic") == Some(&2)
+    })
+    .await;
     let (outcome, _) = run_task(&session, "still serving?").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     // Past MAX_RESTARTS in the window the supervisor gives up and stops the capsule.
@@ -144,7 +162,11 @@ async fn repeated_crashes_back_off_and_a_crash_loop_stops_the_capsule_instead_of
         if !session.inject_gateway_panic("anthropic") {
             break;
         }
-        eventually("a restart or the stop", || async { session.restarts().await.get("gateway/anthropic").copied().unwrap_or(u32::MAX) > before || session.restarts().await.is_empty() }).await;
+        eventually("a restart or the stop", || async {
+            session.restarts().await.get("gateway/anthropic").copied().unwrap_or(u32::MAX) > before
+                || session.restarts().await.is_empty()
+        })
+        .await;
     }
     eventually("the capsule to stop", || async { session.submit("x").await.is_err() }).await;
     let trace = trace(&session);

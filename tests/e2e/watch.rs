@@ -125,7 +125,8 @@ async fn watch_survives_a_dropped_connection_and_prints_every_frame_exactly_once
         async move {
             let mut reader = BufReader::new(out).lines();
             while let Ok(Some(line)) = reader.next_line().await {
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("watch printed a line that is not JSON ({e}): {line}"));
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("watch printed a line that is not JSON ({e}): {line}"));
                 lines.lock().expect("lines").push(v);
             }
         }
@@ -159,13 +160,18 @@ async fn watch_survives_a_dropped_connection_and_prints_every_frame_exactly_once
 
     within(30, "the proxy to cut the first connection", || proxy.cut.load(Ordering::SeqCst)).await;
     within(30, "watch to reconnect through the proxy", || proxy.connections.load(Ordering::SeqCst) >= 2).await;
-    let final_status = |v: &Value| v["event"] == "status" && v["data"]["final"] == true && v["data"]["id"] == outcome.task_id.as_str();
+    let final_status =
+        |v: &Value| v["event"] == "status" && v["data"]["final"] == true && v["data"]["id"] == outcome.task_id.as_str();
     within(30, "watch to print the task's final status", || printed(&final_status)).await;
 
     session.shutdown().await;
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("watch exits within 30 s of capsule-closed").expect("wait");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("watch exits within 30 s of capsule-closed")
+        .expect("wait");
     tokio::time::timeout(Duration::from_secs(10), stdout).await.expect("stdout closes").expect("stdout reader");
-    let stderr = tokio::time::timeout(Duration::from_secs(10), stderr).await.expect("stderr closes").expect("stderr reader");
+    let stderr =
+        tokio::time::timeout(Duration::from_secs(10), stderr).await.expect("stderr closes").expect("stderr reader");
     assert!(status.success(), "watch exits 0 on capsule-closed: {status:?}; stderr: {stderr}");
     assert!(stderr.contains("reconnecting"), "watch says it reconnected: {stderr}");
 
@@ -174,14 +180,19 @@ async fn watch_survives_a_dropped_connection_and_prints_every_frame_exactly_once
     let max = ids.iter().copied().max().expect("watch printed frames");
     assert_eq!(ids, (1..=max).collect::<Vec<_>>(), "every id from 1 to {max} once, in order, no gap, no duplicate");
     let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap_or("")).collect();
-    assert_eq!(events.iter().filter(|e| **e == "connection-ack").count(), 1, "ack on the first connection only: {events:?}");
+    assert_eq!(
+        events.iter().filter(|e| **e == "connection-ack").count(),
+        1,
+        "ack on the first connection only: {events:?}"
+    );
     assert_eq!(events.first(), Some(&"connection-ack"));
     assert_eq!(events.last(), Some(&"capsule-closed"));
     assert!(proxy.connections.load(Ordering::SeqCst) >= 2, "a reconnect happened");
 
     // Frame for frame what the session emitted (the in-process reader saw them all: the
     // stream is ~310 frames and it reads as they come).
-    let emitted = tokio::time::timeout(Duration::from_secs(10), emitted).await.expect("emitted frames").expect("reader");
+    let emitted =
+        tokio::time::timeout(Duration::from_secs(10), emitted).await.expect("emitted frames").expect("reader");
     let expected: Vec<Value> = emitted.iter().map(|f| f.to_json_line()).collect();
     let got: Vec<Value> = lines.iter().filter(|v| v["id"].is_u64()).cloned().collect();
     assert_eq!(got.len(), expected.len(), "as many frames as the session emitted");

@@ -18,7 +18,12 @@ impl LoopState {
 
     pub(crate) fn trace_control(&self, kind: TraceKind, fields: Value) {
         if let Some(j) = lookup::<crate::journal::JournalMsg>(&names::name(&self.config.session_id, role::JOURNAL)) {
-            let _ = j.cast(crate::journal::JournalMsg::Trace(TraceEvent::new(kind, &self.config.session_id, crate::now_ms(), fields)));
+            let _ = j.cast(crate::journal::JournalMsg::Trace(TraceEvent::new(
+                kind,
+                &self.config.session_id,
+                crate::now_ms(),
+                fields,
+            )));
         }
     }
 
@@ -28,20 +33,50 @@ impl LoopState {
     }
 
     /// Select a choice by name.
-    pub(crate) async fn switch(&mut self, value: &Value, principal: Principal) -> Result<SettingChange, ControlRefusal> {
+    pub(crate) async fn switch(
+        &mut self,
+        value: &Value,
+        principal: Principal,
+    ) -> Result<SettingChange, ControlRefusal> {
         const SETTING: &str = "inference.driver";
         let Some(name) = value.as_str() else {
-            return Err(self.refused(SETTING, principal, ControlRefusal::new(422, "invalid_value", format!("inference.driver takes a choice name as a string; choices: {}", self.choice_names()))));
+            return Err(self.refused(
+                SETTING,
+                principal,
+                ControlRefusal::new(
+                    422,
+                    "invalid_value",
+                    format!("inference.driver takes a choice name as a string; choices: {}", self.choice_names()),
+                ),
+            ));
         };
         let Some(index) = self.config.choices.iter().position(|c| c.name == name) else {
-            return Err(self.refused(SETTING, principal, ControlRefusal::new(422, "undeclared_driver", format!("`{name}` is not a driver choice of this capsule; choices: {}", self.choice_names()))));
+            return Err(self.refused(
+                SETTING,
+                principal,
+                ControlRefusal::new(
+                    422,
+                    "undeclared_driver",
+                    format!("`{name}` is not a driver choice of this capsule; choices: {}", self.choice_names()),
+                ),
+            ));
         };
         let decided = match lookup::<CredentialsMsg>(&names::name(&self.config.session_id, role::CREDENTIALS)) {
-            Some(c) => match c.call(|reply| CredentialsMsg::Select { index, reply }, Some(Duration::from_secs(10))).await {
-                Ok(ractor::rpc::CallResult::Success(r)) => r,
-                _ => Err(ControlRefusal::new(409, "credential_unresolvable", "the credentials actor did not answer; try again")),
-            },
-            None => Err(ControlRefusal::new(409, "credential_unresolvable", "the credentials actor is restarting; try again")),
+            Some(c) => {
+                match c.call(|reply| CredentialsMsg::Select { index, reply }, Some(Duration::from_secs(10))).await {
+                    Ok(ractor::rpc::CallResult::Success(r)) => r,
+                    _ => Err(ControlRefusal::new(
+                        409,
+                        "credential_unresolvable",
+                        "the credentials actor did not answer; try again",
+                    )),
+                }
+            }
+            None => Err(ControlRefusal::new(
+                409,
+                "credential_unresolvable",
+                "the credentials actor is restarting; try again",
+            )),
         };
         if let Err(r) = decided {
             return Err(self.refused(SETTING, principal, r));
@@ -49,14 +84,27 @@ impl LoopState {
         let previous = self.config.choices[self.active].name.clone();
         self.active = index;
         self.trace_control(TraceKind::ControlChange, json!({"setting": SETTING, "previous": previous, "value": name, "principal": principal, "token_id": if principal == Principal::Operator { json!(self.config.token_id) } else { Value::Null }}));
-        Ok(SettingChange { name: SETTING.into(), previous: json!(previous), value: json!(name), applies_from: "next_inference_call" })
+        Ok(SettingChange {
+            name: SETTING.into(),
+            previous: json!(previous),
+            value: json!(name),
+            applies_from: "next_inference_call",
+        })
     }
 
     /// Set the cap of every later call.
-    pub(crate) fn set_max_tokens(&mut self, value: &Value, principal: Principal) -> Result<SettingChange, ControlRefusal> {
+    pub(crate) fn set_max_tokens(
+        &mut self,
+        value: &Value,
+        principal: Principal,
+    ) -> Result<SettingChange, ControlRefusal> {
         const SETTING: &str = "inference.max_tokens";
         let Some(v) = value.as_u64().filter(|v| (1..=u64::from(u32::MAX)).contains(v)) else {
-            return Err(self.refused(SETTING, principal, ControlRefusal::new(422, "invalid_value", "inference.max_tokens takes an integer from 1 to 4294967295")));
+            return Err(self.refused(
+                SETTING,
+                principal,
+                ControlRefusal::new(422, "invalid_value", "inference.max_tokens takes an integer from 1 to 4294967295"),
+            ));
         };
         let previous = self.max_tokens_override.map(|p| json!(p)).unwrap_or(Value::Null);
         self.max_tokens_override = Some(v as u32);
@@ -66,13 +114,14 @@ impl LoopState {
 
     /// The `GET /control` body.
     pub(crate) async fn control_view(&self) -> Value {
-        let (available, secrets) = match lookup::<CredentialsMsg>(&names::name(&self.config.session_id, role::CREDENTIALS)) {
-            Some(c) => match c.call(CredentialsMsg::Status, Some(Duration::from_secs(10))).await {
-                Ok(ractor::rpc::CallResult::Success(s)) => s,
-                _ => (Vec::new(), Vec::new()),
-            },
-            None => (Vec::new(), Vec::new()),
-        };
+        let (available, secrets) =
+            match lookup::<CredentialsMsg>(&names::name(&self.config.session_id, role::CREDENTIALS)) {
+                Some(c) => match c.call(CredentialsMsg::Status, Some(Duration::from_secs(10))).await {
+                    Ok(ractor::rpc::CallResult::Success(s)) => s,
+                    _ => (Vec::new(), Vec::new()),
+                },
+                None => (Vec::new(), Vec::new()),
+            };
         let settings: Vec<Value> = self
             .config
             .control_settings
@@ -84,7 +133,12 @@ impl LoopState {
                         .choices
                         .iter()
                         .enumerate()
-                        .map(|(i, c)| ChoiceView { name: c.name.clone(), driver: c.driver.clone(), model: c.model.clone(), available: available.get(i).copied().unwrap_or(false) })
+                        .map(|(i, c)| ChoiceView {
+                            name: c.name.clone(),
+                            driver: c.driver.clone(),
+                            model: c.model.clone(),
+                            available: available.get(i).copied().unwrap_or(false),
+                        })
                         .collect();
                     json!({"name": s, "value": self.config.choices[self.active].name, "choices": choices})
                 }

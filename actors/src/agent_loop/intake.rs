@@ -24,8 +24,22 @@ impl LoopState {
         });
     }
 
-    pub(crate) async fn submit(&mut self, myself: &ActorRef<LoopMsg>, text: String, context_id: Option<String>, origin: Origin, accepted: Option<Accepted>, reply: Option<RpcReplyPort<TaskOutcome>>) {
-        let mut record = TaskRecord { id: new_id("tsk"), context_id: context_id.unwrap_or_else(|| new_id("ctx")), state: TaskState::Working, message: "accepted".into(), response: None };
+    pub(crate) async fn submit(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        text: String,
+        context_id: Option<String>,
+        origin: Origin,
+        accepted: Option<Accepted>,
+        reply: Option<RpcReplyPort<TaskOutcome>>,
+    ) {
+        let mut record = TaskRecord {
+            id: new_id("tsk"),
+            context_id: context_id.unwrap_or_else(|| new_id("ctx")),
+            state: TaskState::Working,
+            message: "accepted".into(),
+            response: None,
+        };
         let refusal = if origin == Origin::Door && self.config.acceptance == TaskAcceptance::None {
             Some("this capsule takes no tasks over its door (lifecycle.task_acceptance: none)".to_string())
         } else if self.running.is_some() {
@@ -46,7 +60,13 @@ impl LoopState {
                 let _ = a.send(record.clone());
             }
             if let Some(r) = reply {
-                let _ = r.send(TaskOutcome { task_id: record.id, context_id: record.context_id, exit_status: ExitStatus::Failed, message: why, result_path: Default::default() });
+                let _ = r.send(TaskOutcome {
+                    task_id: record.id,
+                    context_id: record.context_id,
+                    exit_status: ExitStatus::Failed,
+                    message: why,
+                    result_path: Default::default(),
+                });
             }
             return;
         }
@@ -69,10 +89,10 @@ impl LoopState {
 
     /// Start the next queued task, if any (after one ended).
     pub(crate) async fn start_queued(&mut self, myself: &ActorRef<LoopMsg>) {
-        if self.running.is_none() {
-            if let Some(q) = self.queue.pop_front() {
-                self.start_task(myself, q.record, q.text, q.reply).await;
-            }
+        if self.running.is_none()
+            && let Some(q) = self.queue.pop_front()
+        {
+            self.start_task(myself, q.record, q.text, q.reply).await;
         }
     }
 
@@ -80,16 +100,22 @@ impl LoopState {
         if self.running.as_ref().is_some_and(|r| r.task_id == id) {
             self.finish(ExitStatus::Canceled, "canceled by a client".into()).await;
             self.start_queued(myself).await;
-        } else if let Some(pos) = self.queue.iter().position(|q| q.record.id == id) {
-            if let Some(mut q) = self.queue.remove(pos) {
-                q.record.state = TaskState::Canceled;
-                q.record.message = "canceled by a client before it started".into();
-                self.tasks.insert(q.record.id.clone(), q.record.clone());
-                self.final_frame(&q.record);
-                if let Some(r) = q.reply.take() {
-                    let rec = q.record;
-                    let _ = r.send(TaskOutcome { task_id: rec.id, context_id: rec.context_id, exit_status: ExitStatus::Canceled, message: rec.message, result_path: Default::default() });
-                }
+        } else if let Some(pos) = self.queue.iter().position(|q| q.record.id == id)
+            && let Some(mut q) = self.queue.remove(pos)
+        {
+            q.record.state = TaskState::Canceled;
+            q.record.message = "canceled by a client before it started".into();
+            self.tasks.insert(q.record.id.clone(), q.record.clone());
+            self.final_frame(&q.record);
+            if let Some(r) = q.reply.take() {
+                let rec = q.record;
+                let _ = r.send(TaskOutcome {
+                    task_id: rec.id,
+                    context_id: rec.context_id,
+                    exit_status: ExitStatus::Canceled,
+                    message: rec.message,
+                    result_path: Default::default(),
+                });
             }
         }
         self.tasks.get(id).cloned()

@@ -19,9 +19,9 @@ mod task;
 
 pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 
+use crate::control::{ControlRefusal, Principal, SettingChange};
 use capsule_protocol::frame::TaskState;
 use capsule_protocol::manifest::TaskAcceptance;
-use crate::control::{ControlRefusal, Principal, SettingChange};
 use capsule_protocol::neutral::{Message, ToolSpec};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
@@ -222,12 +222,29 @@ impl Actor for AgentLoop {
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
         let restored = config.conversation_path.as_deref().map(read_conversation).unwrap_or_default();
-        let mut state = LoopState { config, conversation: Vec::new(), running: None, attempts: 0, queue: Default::default(), tasks: Default::default(), continuation: None, counter: crate::tokens::TokenCounter::new(), active: 0, max_tokens_override: None, last_applied: None };
+        let mut state = LoopState {
+            config,
+            conversation: Vec::new(),
+            running: None,
+            attempts: 0,
+            queue: Default::default(),
+            tasks: Default::default(),
+            continuation: None,
+            counter: crate::tokens::TokenCounter::new(),
+            active: 0,
+            max_tokens_override: None,
+            last_applied: None,
+        };
         state.restore(restored);
         Ok(state)
     }
 
-    async fn handle(&self, myself: ActorRef<LoopMsg>, msg: LoopMsg, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<LoopMsg>,
+        msg: LoopMsg,
+        state: &mut LoopState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             LoopMsg::Submit { text, context_id, origin, accepted, reply } => {
                 state.submit(&myself, text, context_id, origin, accepted, reply).await;

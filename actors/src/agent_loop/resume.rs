@@ -36,7 +36,9 @@ pub const INTERRUPTED: &str = "E-RUN-090";
 
 /// The messages of a conversation record, ignoring a torn last line.
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
-    std::fs::read_to_string(path).map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+        .unwrap_or_default()
 }
 
 impl LoopState {
@@ -49,7 +51,12 @@ impl LoopState {
     }
 
     /// Continue the interrupted task, if any; `reply` is answered when it ends.
-    pub(crate) async fn resume_task(&mut self, myself: &ActorRef<LoopMsg>, seed: &ResumeSeed, reply: RpcReplyPort<Option<TaskOutcome>>) {
+    pub(crate) async fn resume_task(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        seed: &ResumeSeed,
+        reply: RpcReplyPort<Option<TaskOutcome>>,
+    ) {
         let Some((task_id, context_id)) = seed.task.clone() else {
             let _ = reply.send(None);
             return;
@@ -77,15 +84,33 @@ impl LoopState {
             estimate: 0,
             choice: 0,
         });
-        self.tasks.insert(task_id.clone(), super::TaskRecord { id: task_id.clone(), context_id, state: capsule_protocol::frame::TaskState::Working, message: "resumed".into(), response: None });
-        self.trace(TraceKind::SessionResumed, json!({"task_id": task_id, "messages": self.conversation.len(), "turns": turns}));
+        self.tasks.insert(
+            task_id.clone(),
+            super::TaskRecord {
+                id: task_id.clone(),
+                context_id,
+                state: capsule_protocol::frame::TaskState::Working,
+                message: "resumed".into(),
+                response: None,
+            },
+        );
+        self.trace(
+            TraceKind::SessionResumed,
+            json!({"task_id": task_id, "messages": self.conversation.len(), "turns": turns}),
+        );
         let last = self.conversation.last().cloned();
         match last {
             Some(m) if m.role == Role::Assistant => {
                 let calls: Vec<(String, String, serde_json::Value)> = m
                     .content
                     .iter()
-                    .filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None })
+                    .filter_map(|b| {
+                        if let Block::ToolCall { id, name, input } = b {
+                            Some((id.clone(), name.clone(), input.clone()))
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
                 if calls.is_empty() {
                     let text = m.text();
@@ -97,7 +122,18 @@ impl LoopState {
                 // Results after the last assistant message: continue with the calls still open.
                 let assistant = self.conversation.iter().rev().find(|m| m.role == Role::Assistant).cloned();
                 let calls: Vec<(String, String, serde_json::Value)> = assistant
-                    .map(|a| a.content.iter().filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None }).collect())
+                    .map(|a| {
+                        a.content
+                            .iter()
+                            .filter_map(|b| {
+                                if let Block::ToolCall { id, name, input } = b {
+                                    Some((id.clone(), name.clone(), input.clone()))
+                                } else {
+                                    None
+                                }
+                            })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 self.continue_calls(myself, calls, &seed.interrupted).await;
             }
@@ -105,8 +141,14 @@ impl LoopState {
         }
     }
 
-    async fn continue_calls(&mut self, myself: &ActorRef<LoopMsg>, calls: Vec<(String, String, serde_json::Value)>, interrupted: &HashSet<String>) {
-        let answered: HashSet<String> = self.conversation.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.clone()).collect();
+    async fn continue_calls(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        calls: Vec<(String, String, serde_json::Value)>,
+        interrupted: &HashSet<String>,
+    ) {
+        let answered: HashSet<String> =
+            self.conversation.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.clone()).collect();
         let mut next = 0;
         for (i, (id, name, _)) in calls.iter().enumerate() {
             if answered.contains(id) {
@@ -114,9 +156,12 @@ impl LoopState {
                 continue;
             }
             if interrupted.contains(id) {
-                let content = format!("{INTERRUPTED}: the runtime stopped while `{name}` was running; it may or may not have taken effect, so it was not run again. Check before repeating it.");
+                let content = format!(
+                    "{INTERRUPTED}: the runtime stopped while `{name}` was running; it may or may not have taken effect, so it was not run again. Check before repeating it."
+                );
                 let fields = json!({"tool_call_id": id, "tool_name": name, "is_error": true, "interrupted": true, "content": content});
-                self.record_with(Message::tool_result(id.clone(), content, true), vec![(TraceKind::ToolCall, fields)]).await;
+                self.record_with(Message::tool_result(id.clone(), content, true), vec![(TraceKind::ToolCall, fields)])
+                    .await;
                 next = i + 1;
                 continue;
             }

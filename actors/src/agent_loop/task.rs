@@ -80,7 +80,13 @@ impl LoopState {
         }
     }
 
-    pub(crate) async fn start_task(&mut self, myself: &ActorRef<LoopMsg>, record: TaskRecord, text: String, reply: Option<RpcReplyPort<TaskOutcome>>) {
+    pub(crate) async fn start_task(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        record: TaskRecord,
+        text: String,
+        reply: Option<RpcReplyPort<TaskOutcome>>,
+    ) {
         self.attempts += 1;
         let now = Instant::now();
         let running = Running {
@@ -100,7 +106,10 @@ impl LoopState {
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Reset);
         }
-        self.trace(TraceKind::TaskStart, json!({"task_id": running.task_id, "context_id": running.context_id, "text": text}));
+        self.trace(
+            TraceKind::TaskStart,
+            json!({"task_id": running.task_id, "context_id": running.context_id, "text": text}),
+        );
         self.running = Some(running);
         self.record(Message::user_text(text)).await;
         self.next_turn(myself);
@@ -110,11 +119,18 @@ impl LoopState {
         let max_turns = self.config.max_turns;
         let Some(r) = self.running.as_mut() else { return };
         if r.turn >= max_turns {
-            let msg = format!("E-RUN-070: the task used all {max_turns} turns (inference.max_turns) without a final reply; raise max_turns or simplify the task");
+            let msg = format!(
+                "E-RUN-070: the task used all {max_turns} turns (inference.max_turns) without a final reply; raise max_turns or simplify the task"
+            );
             let myself = myself.clone();
             let _ = myself.cast(LoopMsg::InferenceDone {
                 attempt: r.attempt,
-                reply: Box::new(InferReply { result: Err(InferenceError::Driver { message: msg }), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None }),
+                reply: Box::new(InferReply {
+                    result: Err(InferenceError::Driver { message: msg }),
+                    instantiate_time: Duration::ZERO,
+                    call_time: Duration::ZERO,
+                    continuation_id: None,
+                }),
             });
             r.turn = u32::MAX; // marks "out of turns" for on_inference
             return;
@@ -134,7 +150,10 @@ impl LoopState {
         let choice = c.choices[active].clone();
         let max_tokens = self.max_tokens_override.unwrap_or(choice.max_tokens);
         if !c.control_settings.is_empty() && self.last_applied.is_some_and(|l| l != (active, max_tokens)) {
-            self.trace_control(TraceKind::ControlApplied, json!({"task_id": task_id, "turn": turn, "driver_choice": choice.name, "max_tokens": max_tokens}));
+            self.trace_control(
+                TraceKind::ControlApplied,
+                json!({"task_id": task_id, "turn": turn, "driver_choice": choice.name, "max_tokens": max_tokens}),
+            );
         }
         self.last_applied = Some((active, max_tokens));
         let c = &self.config;
@@ -169,7 +188,9 @@ impl LoopState {
         }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let reply = admitted_call(&spend_name, &gateway_name, &artifact, task_id, request, estimate, max_output, timeout).await;
+            let reply =
+                admitted_call(&spend_name, &gateway_name, &artifact, task_id, request, estimate, max_output, timeout)
+                    .await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
     }
@@ -219,15 +240,27 @@ impl LoopState {
         let calls: Vec<(String, String, serde_json::Value)> = resp
             .content
             .iter()
-            .filter_map(|b| if let Block::ToolCall { id, name, input } = b { Some((id.clone(), name.clone(), input.clone())) } else { None })
+            .filter_map(|b| {
+                if let Block::ToolCall { id, name, input } = b {
+                    Some((id.clone(), name.clone(), input.clone()))
+                } else {
+                    None
+                }
+            })
             .collect();
         let used = &self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)];
-        let produced_by = self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
-        let message = Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
+        let produced_by =
+            self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
+        let message =
+            Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
         self.record(message).await;
         self.continuation = match reply.continuation_id {
-            Some(id) if !id.is_empty() => Some(super::HeldContinuation { id, acked: self.conversation.len(), choice: self.running.as_ref().map(|r| r.choice).unwrap_or(0) }),
+            Some(id) if !id.is_empty() => Some(super::HeldContinuation {
+                id,
+                acked: self.conversation.len(),
+                choice: self.running.as_ref().map(|r| r.choice).unwrap_or(0),
+            }),
             _ => None,
         };
         match resp.stop_reason {
@@ -257,25 +290,59 @@ impl LoopState {
         if name == crate::choices::SWITCH_TOOL && self.config.agent_switch {
             let target = input.get("driver").cloned().unwrap_or(serde_json::Value::Null);
             let reply = match self.switch(&target, crate::control::Principal::Agent).await {
-                Ok(ch) => ToolRunReply { content: format!("switched the driver choice from {} to {}; it applies from the next inference call", ch.previous, ch.value), is_error: false, duration_ms: 0, truncated: false, code: None },
-                Err(r) => ToolRunReply { content: format!("{} ({})", r.error, r.reason), is_error: true, duration_ms: 0, truncated: false, code: None },
+                Ok(ch) => ToolRunReply {
+                    content: format!(
+                        "switched the driver choice from {} to {}; it applies from the next inference call",
+                        ch.previous, ch.value
+                    ),
+                    is_error: false,
+                    duration_ms: 0,
+                    truncated: false,
+                    code: None,
+                },
+                Err(r) => ToolRunReply {
+                    content: format!("{} ({})", r.error, r.reason),
+                    is_error: true,
+                    duration_ms: 0,
+                    truncated: false,
+                    code: None,
+                },
             };
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
         if !declared.contains(&name) {
-            let content = format!("tool `{name}` is not declared in this capsule; available tools: {}", if declared.is_empty() { "none".to_string() } else { declared.join(", ") });
+            let content = format!(
+                "tool `{name}` is not declared in this capsule; available tools: {}",
+                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+            );
             let reply = ToolRunReply { content, is_error: true, duration_ms: 0, truncated: false, code: None };
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
-        let (task_id, call_id) = (self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(), self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default());
-        self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input}))]).await;
+        let (task_id, call_id) = (
+            self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(),
+            self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default(),
+        );
+        self.journal(
+            Vec::new(),
+            vec![(
+                TraceKind::ToolCallStarted,
+                json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input}),
+            )],
+        )
+        .await;
         let tools_name = names::name(self.sid(), role::TOOLS);
         let myself = myself.clone();
         tokio::spawn(async move {
             let input = input.to_string();
-            let crashed = || ToolRunReply { content: "E-RUN-050: the tools actor crashed during the call and is being restarted".into(), is_error: true, duration_ms: 0, truncated: false, code: Some("E-RUN-050") };
+            let crashed = || ToolRunReply {
+                content: "E-RUN-050: the tools actor crashed during the call and is being restarted".into(),
+                is_error: true,
+                duration_ms: 0,
+                truncated: false,
+                code: Some("E-RUN-050"),
+            };
             let reply = match lookup::<ToolsMsg>(&tools_name) {
                 None => crashed(),
                 Some(t) => match t.call(|reply| ToolsMsg::Run { name, input, reply }, None).await {
@@ -296,7 +363,11 @@ impl LoopState {
             let _ = c.cast(CoalescerMsg::Settle { id: id.clone() });
         }
         let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": reply.content});
-        self.record_with(Message::tool_result(id.clone(), reply.content.clone(), reply.is_error), vec![(TraceKind::ToolCall, finished)]).await;
+        self.record_with(
+            Message::tool_result(id.clone(), reply.content.clone(), reply.is_error),
+            vec![(TraceKind::ToolCall, finished)],
+        )
+        .await;
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {
@@ -331,9 +402,29 @@ impl LoopState {
             ExitStatus::Canceled => (TaskState::Canceled, None, text.clone()),
             _ => (TaskState::Failed, None, text.clone()),
         };
-        self.emit(Frame::Status { id: r.task_id.clone(), context_id: r.context_id.clone(), status: StatusBody { state, message: message.clone(), response }, is_final: true });
-        self.tasks.insert(r.task_id.clone(), TaskRecord { id: r.task_id.clone(), context_id: r.context_id.clone(), state, message: message.clone(), response: if status == ExitStatus::Ok { Some(text.clone()) } else { None } });
-        let outcome = TaskOutcome { task_id: r.task_id.clone(), context_id: r.context_id.clone(), exit_status: status, message: if status == ExitStatus::Ok { text } else { message }, result_path };
+        self.emit(Frame::Status {
+            id: r.task_id.clone(),
+            context_id: r.context_id.clone(),
+            status: StatusBody { state, message: message.clone(), response },
+            is_final: true,
+        });
+        self.tasks.insert(
+            r.task_id.clone(),
+            TaskRecord {
+                id: r.task_id.clone(),
+                context_id: r.context_id.clone(),
+                state,
+                message: message.clone(),
+                response: if status == ExitStatus::Ok { Some(text.clone()) } else { None },
+            },
+        );
+        let outcome = TaskOutcome {
+            task_id: r.task_id.clone(),
+            context_id: r.context_id.clone(),
+            exit_status: status,
+            message: if status == ExitStatus::Ok { text } else { message },
+            result_path,
+        };
         if let Some(reply) = r.reply.take() {
             let _ = reply.send(outcome);
         }
@@ -353,23 +444,59 @@ impl LoopState {
 /// Settling here, not in the loop, means a call whose answer arrives after its task was
 /// canceled is still charged.
 #[allow(clippy::too_many_arguments)]
-async fn admitted_call(spend_name: &str, gateway_name: &str, artifact: &str, task_id: String, request: DriverRequest, estimate: u64, max_output: u64, timeout: Duration) -> InferReply {
-    let fail = |e: InferenceError| InferReply { result: Err(e), instantiate_time: Duration::ZERO, call_time: Duration::ZERO, continuation_id: None };
+async fn admitted_call(
+    spend_name: &str,
+    gateway_name: &str,
+    artifact: &str,
+    task_id: String,
+    request: DriverRequest,
+    estimate: u64,
+    max_output: u64,
+    timeout: Duration,
+) -> InferReply {
+    let fail = |e: InferenceError| InferReply {
+        result: Err(e),
+        instantiate_time: Duration::ZERO,
+        call_time: Duration::ZERO,
+        continuation_id: None,
+    };
     let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
     let Some(meter) = lookup::<SpendMsg>(spend_name) else {
-        return fail(InferenceError::SpendRefused { refusal: crate::spend::Refusal { limit: crate::spend::Limit::MachineUnavailable, ceiling: 0, used: 0, requested: estimate + max_output } });
+        return fail(InferenceError::SpendRefused {
+            refusal: crate::spend::Refusal {
+                limit: crate::spend::Limit::MachineUnavailable,
+                ceiling: 0,
+                used: 0,
+                requested: estimate + max_output,
+            },
+        });
     };
-    let reservation = match meter.call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10))).await {
+    let reservation = match meter
+        .call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10)))
+        .await
+    {
         Ok(ractor::rpc::CallResult::Success(Ok(r))) => r,
         Ok(ractor::rpc::CallResult::Success(Err(refusal))) => return fail(InferenceError::SpendRefused { refusal }),
-        _ => return fail(InferenceError::SpendRefused { refusal: crate::spend::Refusal { limit: crate::spend::Limit::MachineUnavailable, ceiling: 0, used: 0, requested: estimate + max_output } }),
+        _ => {
+            return fail(InferenceError::SpendRefused {
+                refusal: crate::spend::Refusal {
+                    limit: crate::spend::Limit::MachineUnavailable,
+                    ceiling: 0,
+                    used: 0,
+                    requested: estimate + max_output,
+                },
+            });
+        }
     };
     let reply = match lookup::<GatewayMsg>(gateway_name) {
         None => fail(down()),
-        Some(g) => match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => fail(down()),
-        },
+        Some(g) => {
+            match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await
+            {
+                Ok(ractor::rpc::CallResult::Success(r)) => r,
+                _ => fail(down()),
+            }
+        }
     };
     let settle = match &reply.result {
         Ok(resp) => SpendMsg::Settle {
@@ -388,7 +515,10 @@ async fn admitted_call(spend_name: &str, gateway_name: &str, artifact: &str, tas
 /// goes only to the driver and model that produced it; the stored history is never edited.
 fn wire_view(m: &Message, to: &ProducedBy) -> Message {
     match &m.produced_by {
-        Some(p) if p != to && m.content.iter().any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. })) => {
+        Some(p)
+            if p != to
+                && m.content.iter().any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. })) =>
+        {
             let mut v = m.clone();
             v.content.retain(|b| !matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. }));
             v

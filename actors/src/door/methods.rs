@@ -1,11 +1,11 @@
 //! The door's handlers: each turns one request into messages to the session and its answer
 //! into JSON or SSE.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use capsule_protocol::frame::{Frame, NumberedFrame, TaskState};
 use capsule_protocol::manifest::ArtifactRuntime;
 use serde_json::{Value, json};
@@ -28,7 +28,12 @@ fn task_json(r: &TaskRecord) -> Value {
 pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Response {
     let m = &s.manifest;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-    let skills: Vec<Value> = m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Tool).map(|a| json!({"id": a.name, "name": a.name})).collect();
+    let skills: Vec<Value> = m
+        .artifacts
+        .iter()
+        .filter(|a| a.runtime == ArtifactRuntime::Tool)
+        .map(|a| json!({"id": a.name, "name": a.name}))
+        .collect();
     json_response(
         StatusCode::OK,
         json!({
@@ -46,23 +51,43 @@ pub async fn rpc(State(s): State<Arc<Session>>, headers: HeaderMap, body: Bytes)
     let null = Value::Null;
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !ct.to_ascii_lowercase().starts_with("application/json") {
-        let msg = if ct.is_empty() { "the request has no content type; send JSON-RPC 2.0 with `Content-Type: application/json`".to_string() } else { format!("content type `{ct}` is not application/json; send JSON-RPC 2.0 as JSON") };
+        let msg = if ct.is_empty() {
+            "the request has no content type; send JSON-RPC 2.0 with `Content-Type: application/json`".to_string()
+        } else {
+            format!("content type `{ct}` is not application/json; send JSON-RPC 2.0 as JSON")
+        };
         return json_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, rpc::err(&null, code::INVALID_REQUEST, msg));
     }
     if body.is_empty() {
-        return json_response(StatusCode::BAD_REQUEST, rpc::err(&null, code::PARSE_ERROR, "the body is empty; send a JSON-RPC 2.0 request object"));
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            rpc::err(&null, code::PARSE_ERROR, "the body is empty; send a JSON-RPC 2.0 request object"),
+        );
     }
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return json_response(StatusCode::BAD_REQUEST, rpc::err(&null, code::PARSE_ERROR, format!("the body is not JSON: {e}"))),
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                rpc::err(&null, code::PARSE_ERROR, format!("the body is not JSON: {e}")),
+            );
+        }
     };
     let id = v.get("id").cloned().unwrap_or(Value::Null);
     let req: rpc::Request = match serde_json::from_value(v) {
         Ok(r) => r,
-        Err(e) => return json_response(StatusCode::BAD_REQUEST, rpc::err(&id, code::INVALID_REQUEST, format!("not a JSON-RPC 2.0 request: {e}"))),
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                rpc::err(&id, code::INVALID_REQUEST, format!("not a JSON-RPC 2.0 request: {e}")),
+            );
+        }
     };
     if req.jsonrpc != "2.0" {
-        return json_response(StatusCode::BAD_REQUEST, rpc::err(&id, code::INVALID_REQUEST, format!("jsonrpc is `{}`; it must be \"2.0\"", req.jsonrpc)));
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            rpc::err(&id, code::INVALID_REQUEST, format!("jsonrpc is `{}`; it must be \"2.0\"", req.jsonrpc)),
+        );
     }
     match req.method.as_str() {
         "message/send" => message_send(&s, &req).await,
@@ -71,13 +96,24 @@ pub async fn rpc(State(s): State<Arc<Session>>, headers: HeaderMap, body: Bytes)
         "tasks/get" | "tasks/cancel" => task_call(&s, &req).await,
         other => json_response(
             StatusCode::OK,
-            rpc::err(&req.id, code::METHOD_NOT_FOUND, format!("unknown method `{other}`; methods: message/send, message/stream, stream/watch, tasks/get, tasks/cancel")),
+            rpc::err(
+                &req.id,
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "unknown method `{other}`; methods: message/send, message/stream, stream/watch, tasks/get, tasks/cancel"
+                ),
+            ),
         ),
     }
 }
 
 fn params<T: serde::de::DeserializeOwned>(req: &rpc::Request) -> Result<T, Response> {
-    serde_json::from_value(req.params.clone()).map_err(|e| json_response(StatusCode::OK, rpc::err(&req.id, code::INVALID_PARAMS, format!("invalid params for {}: {e}", req.method))))
+    serde_json::from_value(req.params.clone()).map_err(|e| {
+        json_response(
+            StatusCode::OK,
+            rpc::err(&req.id, code::INVALID_PARAMS, format!("invalid params for {}: {e}", req.method)),
+        )
+    })
 }
 
 async fn message_send(s: &Session, req: &rpc::Request) -> Response {
@@ -106,10 +142,23 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
                 _ => TaskState::Failed,
             };
             let ok = state == TaskState::Completed;
-            let r = TaskRecord { id: o.task_id, context_id: o.context_id, state, message: if ok { "completed".into() } else { o.message.clone() }, response: ok.then_some(o.message) };
+            let r = TaskRecord {
+                id: o.task_id,
+                context_id: o.context_id,
+                state,
+                message: if ok { "completed".into() } else { o.message.clone() },
+                response: ok.then_some(o.message),
+            };
             json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&r)))
         }
-        Err(_) => json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, "the agent loop stopped before the task ended (it restarted or the session closed)")),
+        Err(_) => json_response(
+            StatusCode::OK,
+            rpc::err(
+                &req.id,
+                code::INTERNAL,
+                "the agent loop stopped before the task ended (it restarted or the session closed)",
+            ),
+        ),
     }
 }
 
@@ -126,7 +175,9 @@ async fn message_stream(s: &Session, req: &rpc::Request) -> Response {
         return sse::error_stream("the stream emitter is not running".into());
     };
     match s.submit_from_door(&text, p.message.context_id.clone()).await {
-        Ok((record, _done)) => sse::response(sse::stream(Vec::new(), rx, Until::FinalOf(record.id.clone()), Some(record.id))),
+        Ok((record, _done)) => {
+            sse::response(sse::stream(Vec::new(), rx, Until::FinalOf(record.id.clone()), Some(record.id)))
+        }
         Err(e) => sse::error_stream(e.to_string()),
     }
 }
@@ -136,14 +187,21 @@ async fn watch(s: &Session, headers: &HeaderMap) -> Response {
         None => None,
         Some(Ok(v)) => match v.parse::<u64>() {
             Ok(n) => Some(n),
-            Err(_) => return sse::error_stream(format!("Last-Event-ID `{v}` is not a frame id (a non-negative integer); reconnect without it or with the last id you received")),
+            Err(_) => {
+                return sse::error_stream(format!(
+                    "Last-Event-ID `{v}` is not a frame id (a non-negative integer); reconnect without it or with the last id you received"
+                ));
+            }
         },
         Some(Err(_)) => return sse::error_stream("Last-Event-ID is not visible ASCII".into()),
     };
     let Some(rx) = s.subscribe(after).await else {
         return sse::error_stream("the stream emitter is not running".into());
     };
-    let ack = NumberedFrame { id: None, frame: Frame::ConnectionAck { role: "observer".into(), conversation_mode: "single".into() } };
+    let ack = NumberedFrame {
+        id: None,
+        frame: Frame::ConnectionAck { role: "observer".into(), conversation_mode: "single".into() },
+    };
     sse::response(sse::stream(vec![ack], rx, Until::Closed, None))
 }
 
@@ -155,8 +213,10 @@ async fn task_call(s: &Session, req: &rpc::Request) -> Response {
     let r = if req.method == "tasks/get" { s.get_task(&p.id).await } else { s.cancel(&p.id).await };
     match r {
         Ok(Some(rec)) => json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&rec))),
-        Ok(None) => json_response(StatusCode::OK, rpc::err(&req.id, code::TASK_NOT_FOUND, format!("no task `{}` in this session", p.id))),
+        Ok(None) => json_response(
+            StatusCode::OK,
+            rpc::err(&req.id, code::TASK_NOT_FOUND, format!("no task `{}` in this session", p.id)),
+        ),
         Err(e) => json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, e.to_string())),
     }
 }
-

@@ -79,7 +79,10 @@ pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, Door
                 }
             }
         };
-        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!(error = %e, "door stopped");
         }
     });

@@ -83,10 +83,10 @@ pub fn err(id: &Value, code: i64, message: impl Into<String>) -> Value {
 impl SendParams {
     /// The joined text, or why the message cannot become a task.
     pub fn text(&self) -> Result<String, String> {
-        if let Some(role) = &self.message.role {
-            if role != "user" {
-                return Err(format!("message.role is `{role}`; only `user` messages become tasks"));
-            }
+        if let Some(role) = &self.message.role
+            && role != "user"
+        {
+            return Err(format!("message.role is `{role}`; only `user` messages become tasks"));
         }
         let text: Vec<&str> = self.message.parts.iter().filter_map(|p| p.text.as_deref()).collect();
         if text.is_empty() {

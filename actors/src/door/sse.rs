@@ -27,7 +27,12 @@ pub fn response(body: Body) -> Response<Body> {
 }
 
 /// A stream of the given leading frames, then the subscription's frames.
-pub fn stream(lead: Vec<NumberedFrame>, mut rx: mpsc::Receiver<NumberedFrame>, until: Until, only_task: Option<String>) -> Body {
+pub fn stream(
+    lead: Vec<NumberedFrame>,
+    mut rx: mpsc::Receiver<NumberedFrame>,
+    until: Until,
+    only_task: Option<String>,
+) -> Body {
     let (tx, out) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         for f in lead {
@@ -82,7 +87,9 @@ pub fn stream(lead: Vec<NumberedFrame>, mut rx: mpsc::Receiver<NumberedFrame>, u
     Body::from_stream(tokio_stream_from(out))
 }
 
-fn tokio_stream_from(mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+fn tokio_stream_from(
+    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -101,7 +108,11 @@ mod tests {
     async fn an_idle_stream_writes_a_heartbeat_comment_every_15_seconds() {
         let (_tx, rx) = mpsc::channel::<NumberedFrame>(4);
         let mut body = stream(Vec::new(), rx, Until::Closed, None);
-        let first = tokio::time::timeout(HEARTBEAT + std::time::Duration::from_millis(10), body.frame()).await.expect("a heartbeat within 15 s").expect("frame").expect("ok");
+        let first = tokio::time::timeout(HEARTBEAT + std::time::Duration::from_millis(10), body.frame())
+            .await
+            .expect("a heartbeat within 15 s")
+            .expect("frame")
+            .expect("ok");
         assert_eq!(first.into_data().expect("data"), Bytes::from_static(b":heartbeat\n\n"));
         let early = tokio::time::timeout(HEARTBEAT - std::time::Duration::from_millis(10), body.frame()).await;
         assert!(early.is_err(), "no second heartbeat before another 15 s");

@@ -54,7 +54,11 @@ async fn act(State(host): State<HostHandle>, Path((name, action)): Path<(String,
 
 /// The router, without a socket (tests drive it directly).
 pub fn app(host: HostHandle) -> Router {
-    Router::new().route("/capsules", get(list)).route("/capsules/{name}", get(one)).route("/capsules/{name}/{action}", post(act)).with_state(host)
+    Router::new()
+        .route("/capsules", get(list))
+        .route("/capsules/{name}", get(one))
+        .route("/capsules/{name}/{action}", post(act))
+        .with_state(host)
 }
 
 /// A listening host API.

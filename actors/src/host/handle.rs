@@ -22,7 +22,11 @@ pub struct HostHandle {
     actor: ActorRef<HostMsg>,
 }
 
-async fn ask<T: Send + 'static>(actor: &ActorRef<HostMsg>, msg: impl FnOnce(ractor::RpcReplyPort<T>) -> HostMsg, timeout: Option<Duration>) -> Result<T, HostError> {
+async fn ask<T: Send + 'static>(
+    actor: &ActorRef<HostMsg>,
+    msg: impl FnOnce(ractor::RpcReplyPort<T>) -> HostMsg,
+    timeout: Option<Duration>,
+) -> Result<T, HostError> {
     match actor.call(msg, timeout).await {
         Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
         _ => Err(HostError::Unavailable),
@@ -31,7 +35,11 @@ async fn ask<T: Send + 'static>(actor: &ActorRef<HostMsg>, msg: impl FnOnce(ract
 
 impl HostHandle {
     /// Spawn the host supervisor; every capsule starts launching at once.
-    pub async fn start(capsules: Vec<PlannedCapsule>, shared: Shared, policy: RestartPolicy) -> Result<HostHandle, ractor::SpawnErr> {
+    pub async fn start(
+        capsules: Vec<PlannedCapsule>,
+        shared: Shared,
+        policy: RestartPolicy,
+    ) -> Result<HostHandle, ractor::SpawnErr> {
         let (actor, _) = Actor::spawn(None, HostSupervisor, HostArgs { capsules, shared, policy }).await?;
         Ok(HostHandle { actor })
     }
@@ -53,7 +61,11 @@ impl HostHandle {
 
     /// One capsule's entry.
     pub async fn get(&self, name: &str) -> Result<CapsuleEntry, HostError> {
-        self.list().await?.into_iter().find(|e| e.name == name).ok_or_else(|| HostError::UnknownCapsule(name.to_string()))
+        self.list()
+            .await?
+            .into_iter()
+            .find(|e| e.name == name)
+            .ok_or_else(|| HostError::UnknownCapsule(name.to_string()))
     }
 
     /// Start, stop or restart a capsule; the entry after the action.

@@ -24,7 +24,12 @@ pub struct RestartPolicy {
 impl Default for RestartPolicy {
     /// 3 restarts in 60 s, waiting 100 ms, 200 ms, 400 ms … up to 5 s.
     fn default() -> Self {
-        RestartPolicy { max_restarts: 3, period: Duration::from_secs(60), backoff_initial: Duration::from_millis(100), backoff_max: Duration::from_secs(5) }
+        RestartPolicy {
+            max_restarts: 3,
+            period: Duration::from_secs(60),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
     }
 }
 
@@ -84,7 +89,11 @@ mod tests {
         assert_eq!(w.admit(t0 + Duration::from_secs(1), &p), Some(Duration::from_millis(200)));
         assert_eq!(w.admit(t0 + Duration::from_secs(2), &p), Some(Duration::from_millis(400)));
         assert_eq!(w.admit(t0 + Duration::from_secs(3), &p), None, "a fourth crash within 60 s fails the capsule");
-        assert_eq!(w.admit(t0 + Duration::from_secs(61), &p), Some(Duration::from_millis(400)), "the first restart left the window; two remain");
+        assert_eq!(
+            w.admit(t0 + Duration::from_secs(61), &p),
+            Some(Duration::from_millis(400)),
+            "the first restart left the window; two remain"
+        );
         assert_eq!(w.admit(t0 + Duration::from_secs(61), &p), None, "three in the window again");
         w.clear();
         assert_eq!(w.admit(t0 + Duration::from_secs(62), &p), Some(Duration::from_millis(100)));

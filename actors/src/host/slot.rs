@@ -131,7 +131,10 @@ impl SlotState {
             None => {
                 let p = &self.args.policy;
                 tracing::error!(capsule = %name, error = %why, "capsule crashed more than {} times in {:?}; not restarting it", p.max_restarts, p.period);
-                self.error = Some(format!("{why} (restarted {} times in {:?}; the host gave up — start it again when fixed)", p.max_restarts, p.period));
+                self.error = Some(format!(
+                    "{why} (restarted {} times in {:?}; the host gave up — start it again when fixed)",
+                    p.max_restarts, p.period
+                ));
                 self.set(CapsuleState::Failed);
             }
         }
@@ -197,7 +200,11 @@ async fn bind_door(session: Arc<Session>, addr: SocketAddr) -> Result<Door, Door
     let deadline = Instant::now() + DOOR_REBIND;
     loop {
         match door::serve(session.clone(), addr).await {
-            Err(e) if addr.port() != 0 && e.source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+            Err(e)
+                if addr.port() != 0
+                    && e.source.kind() == std::io::ErrorKind::AddrInUse
+                    && Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             other => return other,
@@ -212,7 +219,16 @@ impl Actor for CapsuleSlot {
 
     async fn pre_start(&self, _myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotState, ActorProcessingErr> {
         let restarts = args.restarts;
-        Ok(SlotState { args, state: CapsuleState::Starting, restarts, error: None, session_id: None, running: None, window: CrashWindow::default(), generation: 0 })
+        Ok(SlotState {
+            args,
+            state: CapsuleState::Starting,
+            restarts,
+            error: None,
+            session_id: None,
+            running: None,
+            window: CrashWindow::default(),
+            generation: 0,
+        })
     }
 
     async fn post_start(&self, myself: ActorRef<SlotMsg>, _state: &mut SlotState) -> Result<(), ActorProcessingErr> {
@@ -222,10 +238,17 @@ impl Actor for CapsuleSlot {
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<SlotMsg>, msg: SlotMsg, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        msg: SlotMsg,
+        state: &mut SlotState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SlotMsg::Launch { generation } => {
-                if generation == state.generation && matches!(state.state, CapsuleState::Starting | CapsuleState::Crashed) {
+                if generation == state.generation
+                    && matches!(state.state, CapsuleState::Starting | CapsuleState::Crashed)
+                {
                     state.launch(&myself).await;
                 }
             }
@@ -240,13 +263,21 @@ impl Actor for CapsuleSlot {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<SlotMsg>, evt: SupervisionEvent, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        evt: SupervisionEvent,
+        state: &mut SlotState,
+    ) -> Result<(), ActorProcessingErr> {
         let current = state.running.as_ref().map(|r| r.supervisor);
         let why = match evt {
-            SupervisionEvent::ActorTerminated(cell, _, reason) if Some(cell.get_id()) == current => {
-                reason.unwrap_or_else(|| format!("E-RUN-050: session {} stopped unexpectedly", state.session_id.as_deref().unwrap_or("?")))
+            SupervisionEvent::ActorTerminated(cell, _, reason) if Some(cell.get_id()) == current => reason
+                .unwrap_or_else(|| {
+                    format!("E-RUN-050: session {} stopped unexpectedly", state.session_id.as_deref().unwrap_or("?"))
+                }),
+            SupervisionEvent::ActorFailed(cell, err) if Some(cell.get_id()) == current => {
+                format!("E-RUN-050: the session's supervisor failed: {err}")
             }
-            SupervisionEvent::ActorFailed(cell, err) if Some(cell.get_id()) == current => format!("E-RUN-050: the session's supervisor failed: {err}"),
             // A session this slot already shut down, or one it gave up on while opening.
             _ => return Ok(()),
         };

@@ -97,9 +97,19 @@ impl HostState {
         }
     }
 
-    async fn spawn_slot(&mut self, myself: &ActorRef<HostMsg>, i: usize) -> Result<ActorRef<SlotMsg>, ractor::SpawnErr> {
+    async fn spawn_slot(
+        &mut self,
+        myself: &ActorRef<HostMsg>,
+        i: usize,
+    ) -> Result<ActorRef<SlotMsg>, ractor::SpawnErr> {
         let slot = &mut self.slots[i];
-        let args = SlotArgs { spec: slot.spec.clone(), shared: self.shared.clone(), policy: self.policy, host: myself.clone(), restarts: slot.entry.restarts };
+        let args = SlotArgs {
+            spec: slot.spec.clone(),
+            shared: self.shared.clone(),
+            policy: self.policy,
+            host: myself.clone(),
+            restarts: slot.entry.restarts,
+        };
         let (actor, _) = Actor::spawn_linked(None, CapsuleSlot, args, myself.get_cell()).await?;
         slot.entry.state = CapsuleState::Starting;
         slot.actor = Some(actor.clone());
@@ -110,7 +120,12 @@ impl HostState {
     /// The slot actor of `name` and the action it should take. A slot that is gone is spawned
     /// again when the action wants the capsule running (it launches on its own, so the action
     /// becomes `Start`: answer once launched); for `Stop` there is nothing to do (`None`).
-    async fn slot_for(&mut self, myself: &ActorRef<HostMsg>, name: &str, action: Action) -> Result<Option<(ActorRef<SlotMsg>, Action)>, HostError> {
+    async fn slot_for(
+        &mut self,
+        myself: &ActorRef<HostMsg>,
+        name: &str,
+        action: Action,
+    ) -> Result<Option<(ActorRef<SlotMsg>, Action)>, HostError> {
         if self.shutting_down {
             return Err(HostError::ShuttingDown);
         }
@@ -128,7 +143,8 @@ impl HostState {
 
     async fn shutdown(&mut self) {
         self.shutting_down = true;
-        let actors: Vec<(usize, ActorRef<SlotMsg>)> = self.slots.iter().enumerate().filter_map(|(i, s)| s.actor.clone().map(|a| (i, a))).collect();
+        let actors: Vec<(usize, ActorRef<SlotMsg>)> =
+            self.slots.iter().enumerate().filter_map(|(i, s)| s.actor.clone().map(|a| (i, a))).collect();
         let stops = actors.iter().map(|(_, a)| a.call(|r| SlotMsg::Act(Action::Stop, r), Some(STOP_TIMEOUT)));
         let results = futures::future::join_all(stops).await;
         for ((i, _), r) in actors.iter().zip(results) {
@@ -157,19 +173,39 @@ impl Actor for HostSupervisor {
             .capsules
             .into_iter()
             .map(|spec| {
-                let entry = CapsuleEntry { name: spec.name.clone(), state: CapsuleState::Starting, session_id: None, restarts: 0, url: None, error: None };
+                let entry = CapsuleEntry {
+                    name: spec.name.clone(),
+                    state: CapsuleState::Starting,
+                    session_id: None,
+                    restarts: 0,
+                    url: None,
+                    error: None,
+                };
                 Slot { spec, actor: None, entry, slot_failures: CrashWindow::default() }
             })
             .collect::<Vec<_>>();
         let index = slots.iter().enumerate().map(|(i, s)| (s.spec.name.clone(), i)).collect();
-        let mut state = HostState { slots, index, by_actor: HashMap::new(), shared: Arc::new(args.shared), policy: args.policy, waiters: Vec::new(), shutting_down: false };
+        let mut state = HostState {
+            slots,
+            index,
+            by_actor: HashMap::new(),
+            shared: Arc::new(args.shared),
+            policy: args.policy,
+            waiters: Vec::new(),
+            shutting_down: false,
+        };
         for i in 0..state.slots.len() {
             state.spawn_slot(&myself, i).await?;
         }
         Ok(state)
     }
 
-    async fn handle(&self, myself: ActorRef<HostMsg>, msg: HostMsg, state: &mut HostState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<HostMsg>,
+        msg: HostMsg,
+        state: &mut HostState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             HostMsg::List(reply) => {
                 let _ = reply.send(state.entries());
@@ -222,7 +258,12 @@ impl Actor for HostSupervisor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<HostMsg>, evt: SupervisionEvent, state: &mut HostState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<HostMsg>,
+        evt: SupervisionEvent,
+        state: &mut HostState,
+    ) -> Result<(), ActorProcessingErr> {
         let (cell, failure) = match evt {
             SupervisionEvent::ActorFailed(cell, err) => (cell, Some(err.to_string())),
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),

@@ -244,12 +244,17 @@ fn run(dir: &Path, rx: mpsc::Receiver<Job>) {
                         }
                         dirty = false;
                         file = open_append(&dir.join(day.file_name()))
-                            .map_err(|e| tracing::error!(error = %e, day = %day, "spend ledger: cannot open the day's file"))
+                            .map_err(
+                                |e| tracing::error!(error = %e, day = %day, "spend ledger: cannot open the day's file"),
+                            )
                             .ok()
                             .map(|f| (day, f));
                     }
                     let ok = match &mut file {
-                        Some((_, f)) => f.write_all(&bytes).map_err(|e| tracing::error!(error = %e, "spend ledger: write failed")).is_ok(),
+                        Some((_, f)) => f
+                            .write_all(&bytes)
+                            .map_err(|e| tracing::error!(error = %e, "spend ledger: write failed"))
+                            .is_ok(),
                         None => false,
                     };
                     dirty |= ok;
@@ -284,7 +289,15 @@ mod tests {
 
     #[test]
     fn days_since_the_epoch_become_utc_calendar_dates() {
-        let cases = [(0, "1970-01-01"), (-1, "1969-12-31"), (11_016, "2000-02-29"), (19_723, "2024-01-01"), (19_782, "2024-02-29"), (20_088, "2024-12-31"), (2_932_896, "9999-12-31")];
+        let cases = [
+            (0, "1970-01-01"),
+            (-1, "1969-12-31"),
+            (11_016, "2000-02-29"),
+            (19_723, "2024-01-01"),
+            (19_782, "2024-02-29"),
+            (20_088, "2024-12-31"),
+            (2_932_896, "9999-12-31"),
+        ];
         for (days, date) in cases {
             assert_eq!(UtcDay(days).to_string(), date, "day {days}");
         }

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::spend::{Limit, Refusal, ReservationId};
-pub use ledger::{LedgerHealth, LedgerLine, Recovery, UtcDay};
 use ledger::{Job, Writer};
+pub use ledger::{LedgerHealth, LedgerLine, Recovery, UtcDay};
 
 /// The meter's clock (injectable so tests can cross midnight).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -192,7 +192,15 @@ impl MachineState {
         };
         self.settled += input + output;
         self.settlements += 1;
-        let line = LedgerLine { reservation: key.1, session: key.0.to_string(), tokens: input + output, input, output, ts: self.now_ms(), abandoned };
+        let line = LedgerLine {
+            reservation: key.1,
+            session: key.0.to_string(),
+            tokens: input + output,
+            input,
+            output,
+            ts: self.now_ms(),
+            abandoned,
+        };
         let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
         bytes.push(b'\n');
         self.writer.send(Job::Line { day: self.day, bytes, ack });
@@ -220,7 +228,11 @@ impl Actor for MachineMeter {
     type State = MachineState;
     type Arguments = MachineArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<MachineMsg>, args: MachineArgs) -> Result<MachineState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<MachineMsg>,
+        args: MachineArgs,
+    ) -> Result<MachineState, ActorProcessingErr> {
         let day = UtcDay::of((args.clock)());
         let loaded = ledger::load(&args.dir, day)?;
         let r = &loaded.recovery;
@@ -241,7 +253,12 @@ impl Actor for MachineMeter {
         })
     }
 
-    async fn handle(&self, _myself: ActorRef<MachineMsg>, msg: MachineMsg, state: &mut MachineState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<MachineMsg>,
+        msg: MachineMsg,
+        state: &mut MachineState,
+    ) -> Result<(), ActorProcessingErr> {
         if let Err(e) = state.roll() {
             // Keep the old day's figures rather than forget them: refusing too much is safe.
             tracing::error!(error = %e, "spend: cannot read the new day's ledger; keeping the previous total");
@@ -255,9 +272,12 @@ impl Actor for MachineMeter {
                     state.reserved -= r;
                 }
             }
-            MachineMsg::Settle { session, id, input, output, ack } => state.settle((session, id), input, output, false, ack),
+            MachineMsg::Settle { session, id, input, output, ack } => {
+                state.settle((session, id), input, output, false, ack)
+            }
             MachineMsg::Abandon { session } => {
-                let keys: Vec<(Key, u64)> = state.open.iter().filter(|(k, _)| k.0 == session).map(|(k, t)| (k.clone(), *t)).collect();
+                let keys: Vec<(Key, u64)> =
+                    state.open.iter().filter(|(k, _)| k.0 == session).map(|(k, t)| (k.clone(), *t)).collect();
                 for (key, tokens) in keys {
                     tracing::warn!(session = %key.0, reservation = key.1, tokens, "spend: open reservation of a restarted session charged in full");
                     state.settle(key, tokens, 0, true, None);

@@ -21,12 +21,18 @@ async fn start(dir: &std::path::Path, ceiling: Option<u64>, clock: Clock) -> Act
 }
 
 async fn reserve(m: &ActorRef<MachineMsg>, session: &str, id: u64, tokens: u64) -> Result<(), Refusal> {
-    m.call(|reply| MachineMsg::Reserve { session: Arc::from(session), id, tokens, reply }, None).await.expect("reserve").expect("answered")
+    m.call(|reply| MachineMsg::Reserve { session: Arc::from(session), id, tokens, reply }, None)
+        .await
+        .expect("reserve")
+        .expect("answered")
 }
 
 /// Settle and wait for the durable acknowledgement.
 async fn settle(m: &ActorRef<MachineMsg>, session: &str, id: u64, input: u64, output: u64) -> bool {
-    m.call(|ack| MachineMsg::Settle { session: Arc::from(session), id, input, output, ack: Some(ack) }, None).await.expect("settle").expect("answered")
+    m.call(|ack| MachineMsg::Settle { session: Arc::from(session), id, input, output, ack: Some(ack) }, None)
+        .await
+        .expect("settle")
+        .expect("answered")
 }
 
 async fn totals(m: &ActorRef<MachineMsg>) -> MachineTotals {
@@ -34,7 +40,11 @@ async fn totals(m: &ActorRef<MachineMsg>) -> MachineTotals {
 }
 
 fn lines(path: &std::path::Path) -> Vec<LedgerLine> {
-    std::fs::read_to_string(path).expect("ledger file").lines().map(|l| serde_json::from_str(l).expect("a ledger line")).collect()
+    std::fs::read_to_string(path)
+        .expect("ledger file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a ledger line"))
+        .collect()
 }
 
 #[tokio::test]
@@ -45,7 +55,18 @@ async fn a_settlement_is_on_disk_when_acknowledged_and_survives_a_restart() {
     reserve(&m, "ses_a", 1, 300).await.expect("fits");
     assert!(settle(&m, "ses_a", 1, 200, 50).await, "durable");
     let file = dir.path().join("spend-2024-01-01.jsonl");
-    assert_eq!(lines(&file), vec![LedgerLine { reservation: 1, session: "ses_a".into(), tokens: 250, input: 200, output: 50, ts: JAN_1 + 1_000, abandoned: false }]);
+    assert_eq!(
+        lines(&file),
+        vec![LedgerLine {
+            reservation: 1,
+            session: "ses_a".into(),
+            tokens: 250,
+            input: 200,
+            output: 50,
+            ts: JAN_1 + 1_000,
+            abandoned: false
+        }]
+    );
     m.stop_and_wait(None, None).await.expect("stop");
     let again = start(dir.path(), Some(1000), clock_at(&now)).await;
     let t = totals(&again).await;

@@ -94,25 +94,48 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
     let mut out = Vec::new();
     let mut err = |code, at: String, rule: String, fix: &str| out.push(Diagnostic::new(code, at, rule, fix));
 
-    if m.name.is_empty() || m.name.len() > 100 || !m.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        err(Code::ManifestInvalid, "name".into(), format!("`{}` must be 1..100 characters of a-z, 0-9 and -", m.name), "rename the capsule, e.g. `my-agent`");
+    if m.name.is_empty()
+        || m.name.len() > 100
+        || !m.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        err(
+            Code::ManifestInvalid,
+            "name".into(),
+            format!("`{}` must be 1..100 characters of a-z, 0-9 and -", m.name),
+            "rename the capsule, e.g. `my-agent`",
+        );
     }
 
     for (i, a) in m.artifacts.iter().enumerate() {
         let at = format!("artifacts[{i}]");
         if m.artifacts.iter().filter(|b| b.name == a.name).count() > 1 {
-            err(Code::ManifestArtifactRef, format!("{at}.name"), format!("artifact `{}` is declared more than once", a.name), "give each artifact a unique name");
+            err(
+                Code::ManifestArtifactRef,
+                format!("{at}.name"),
+                format!("artifact `{}` is declared more than once", a.name),
+                "give each artifact a unique name",
+            );
         }
         if a.name.is_empty() {
             err(Code::ManifestInvalid, format!("{at}.name"), "an artifact name is empty".into(), "name the artifact");
         }
         if a.source.is_none() {
-            err(Code::ManifestArtifactRef, format!("{at}.source"), format!("artifact `{}` has no source", a.name), "set `source:` to a .wasm file or an artifact folder");
+            err(
+                Code::ManifestArtifactRef,
+                format!("{at}.source"),
+                format!("artifact `{}` has no source", a.name),
+                "set `source:` to a .wasm file or an artifact folder",
+            );
         }
         if let Some(g) = &a.gateway {
             gateway_rules(g, &format!("{at}.gateway"), &mut err);
             if a.runtime != ArtifactRuntime::Driver {
-                err(Code::ManifestGateway, format!("{at}.gateway"), format!("tool `{}` has a gateway; only drivers reach an upstream through the host", a.name), "remove `gateway:` from the tool");
+                err(
+                    Code::ManifestGateway,
+                    format!("{at}.gateway"),
+                    format!("tool `{}` has a gateway; only drivers reach an upstream through the host", a.name),
+                    "remove `gateway:` from the tool",
+                );
             }
         }
         if let Some(c) = &a.capabilities {
@@ -123,67 +146,153 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
 
     let inf = &m.inference;
     if inf.transport != "http" {
-        err(Code::ManifestInvalid, "inference.transport".into(), format!("transport `{}` is not supported; only `http`", inf.transport), "set `transport: http` or remove the key");
+        err(
+            Code::ManifestInvalid,
+            "inference.transport".into(),
+            format!("transport `{}` is not supported; only `http`", inf.transport),
+            "set `transport: http` or remove the key",
+        );
     }
     if inf.model.is_empty() {
-        err(Code::ManifestInvalid, "inference.model".into(), "the model is empty".into(), "name the primary model, e.g. `claude-sonnet-4-5`");
+        err(
+            Code::ManifestInvalid,
+            "inference.model".into(),
+            "the model is empty".into(),
+            "name the primary model, e.g. `claude-sonnet-4-5`",
+        );
     }
     match m.artifact(&inf.driver.artifact) {
-        None => err(Code::ManifestArtifactRef, "inference.driver.artifact".into(), format!("driver `{}` is not declared in artifacts[]", inf.driver.artifact), "declare it under artifacts with `runtime: driver`"),
-        Some(a) if a.runtime != ArtifactRuntime::Driver => err(Code::ManifestArtifactRef, "inference.driver.artifact".into(), format!("`{}` is declared with runtime: tool, not driver", a.name), "point inference.driver.artifact at a `runtime: driver` artifact"),
+        None => err(
+            Code::ManifestArtifactRef,
+            "inference.driver.artifact".into(),
+            format!("driver `{}` is not declared in artifacts[]", inf.driver.artifact),
+            "declare it under artifacts with `runtime: driver`",
+        ),
+        Some(a) if a.runtime != ArtifactRuntime::Driver => err(
+            Code::ManifestArtifactRef,
+            "inference.driver.artifact".into(),
+            format!("`{}` is declared with runtime: tool, not driver", a.name),
+            "point inference.driver.artifact at a `runtime: driver` artifact",
+        ),
         Some(a) => {
             if a.gateway.is_some() && (inf.endpoint.is_some() || inf.api_key.is_some()) {
-                err(Code::ManifestGateway, "inference.endpoint".into(), "the primary driver has a `gateway:` and `inference.endpoint`/`api_key` too".into(), "keep one: the driver's `gateway:` block or the older `inference.endpoint` shorthand");
+                err(
+                    Code::ManifestGateway,
+                    "inference.endpoint".into(),
+                    "the primary driver has a `gateway:` and `inference.endpoint`/`api_key` too".into(),
+                    "keep one: the driver's `gateway:` block or the older `inference.endpoint` shorthand",
+                );
             }
             if a.gateway.is_none() {
                 if let Some(e) = &inf.endpoint {
-                    let g = Gateway { endpoint: e.clone(), api_key: inf.api_key.clone(), keyless: inf.api_key.is_none() };
+                    let g =
+                        Gateway { endpoint: e.clone(), api_key: inf.api_key.clone(), keyless: inf.api_key.is_none() };
                     gateway_rules(&g, "inference", &mut err);
                 } else if inf.api_key.is_some() {
-                    err(Code::ManifestGateway, "inference.api_key".into(), "`api_key` is set without `endpoint`".into(), "add `inference.endpoint` or move both into the driver's `gateway:`");
+                    err(
+                        Code::ManifestGateway,
+                        "inference.api_key".into(),
+                        "`api_key` is set without `endpoint`".into(),
+                        "add `inference.endpoint` or move both into the driver's `gateway:`",
+                    );
                 }
             }
         }
     }
     if inf.max_turns == 0 {
-        err(Code::ManifestInvalid, "inference.max_turns".into(), "max_turns must be at least 1".into(), "set max_turns to 1 or more, or remove it for the default 10");
+        err(
+            Code::ManifestInvalid,
+            "inference.max_turns".into(),
+            "max_turns must be at least 1".into(),
+            "set max_turns to 1 or more, or remove it for the default 10",
+        );
     }
     if inf.max_tokens == Some(0) {
-        err(Code::ManifestInvalid, "inference.max_tokens".into(), "max_tokens must be at least 1".into(), "set a positive cap or remove it");
+        err(
+            Code::ManifestInvalid,
+            "inference.max_tokens".into(),
+            "max_tokens must be at least 1".into(),
+            "set a positive cap or remove it",
+        );
     }
     if inf.system_prompt.is_some() && inf.system_prompt_file.is_some() {
-        err(Code::ManifestInvalid, "inference.system_prompt".into(), "system_prompt and system_prompt_file are both set".into(), "keep one of them");
+        err(
+            Code::ManifestInvalid,
+            "inference.system_prompt".into(),
+            "system_prompt and system_prompt_file are both set".into(),
+            "keep one of them",
+        );
     }
     for (i, alt) in inf.alternates.iter().enumerate() {
         let at = format!("inference.alternates[{i}]");
         if alt.name == "primary" || alt.name.is_empty() {
-            err(Code::ManifestInvalid, format!("{at}.name"), format!("`{}` cannot name an alternate; `primary` is the primary choice", alt.name), "choose another name");
+            err(
+                Code::ManifestInvalid,
+                format!("{at}.name"),
+                format!("`{}` cannot name an alternate; `primary` is the primary choice", alt.name),
+                "choose another name",
+            );
         }
         if inf.alternates.iter().filter(|b| b.name == alt.name).count() > 1 {
-            err(Code::ManifestInvalid, format!("{at}.name"), format!("alternate `{}` is named twice", alt.name), "give each alternate a unique name");
+            err(
+                Code::ManifestInvalid,
+                format!("{at}.name"),
+                format!("alternate `{}` is named twice", alt.name),
+                "give each alternate a unique name",
+            );
         }
         match m.artifact(alt.driver.artifact()) {
-            None => err(Code::ManifestArtifactRef, format!("{at}.driver"), format!("driver `{}` of alternate `{}` is not declared", alt.driver.artifact(), alt.name), "declare it under artifacts with `runtime: driver`"),
-            Some(a) if a.runtime != ArtifactRuntime::Driver => err(Code::ManifestArtifactRef, format!("{at}.driver"), format!("`{}` of alternate `{}` is a tool, not a driver", a.name, alt.name), "name a `runtime: driver` artifact"),
+            None => err(
+                Code::ManifestArtifactRef,
+                format!("{at}.driver"),
+                format!("driver `{}` of alternate `{}` is not declared", alt.driver.artifact(), alt.name),
+                "declare it under artifacts with `runtime: driver`",
+            ),
+            Some(a) if a.runtime != ArtifactRuntime::Driver => err(
+                Code::ManifestArtifactRef,
+                format!("{at}.driver"),
+                format!("`{}` of alternate `{}` is a tool, not a driver", a.name, alt.name),
+                "name a `runtime: driver` artifact",
+            ),
             Some(_) => {}
         }
     }
     if m.context.max_tokens == Some(0) {
-        err(Code::ManifestInvalid, "context.max_tokens".into(), "context.max_tokens must be at least 1".into(), "set a positive window or remove it");
+        err(
+            Code::ManifestInvalid,
+            "context.max_tokens".into(),
+            "context.max_tokens must be at least 1".into(),
+            "set a positive window or remove it",
+        );
     }
     for (i, s) in m.control.settings.iter().enumerate() {
         if !KNOWN_SETTINGS.contains(&s.as_str()) {
-            err(Code::ManifestInvalid, format!("control.settings[{i}]"), format!("`{s}` is not a setting this runtime knows"), "use inference.driver or inference.max_tokens");
+            err(
+                Code::ManifestInvalid,
+                format!("control.settings[{i}]"),
+                format!("`{s}` is not a setting this runtime knows"),
+                "use inference.driver or inference.max_tokens",
+            );
         }
     }
     for (i, s) in m.control.agent_settings.iter().enumerate() {
         if s != "inference.driver" {
-            err(Code::ManifestInvalid, format!("control.agent_settings[{i}]"), format!("`{s}` cannot be given to the agent"), "only inference.driver may be listed");
+            err(
+                Code::ManifestInvalid,
+                format!("control.agent_settings[{i}]"),
+                format!("`{s}` cannot be given to the agent"),
+                "only inference.driver may be listed",
+            );
         }
     }
     for (i, s) in m.control.secrets.iter().enumerate() {
         if !valid_var_name(s) {
-            err(Code::ManifestInvalid, format!("control.secrets[{i}]"), format!("`{s}` is not a valid secret name"), "use letters, digits and _ , starting with a letter");
+            err(
+                Code::ManifestInvalid,
+                format!("control.secrets[{i}]"),
+                format!("`{s}` is not a valid secret name"),
+                "use letters, digits and _ , starting with a letter",
+            );
         }
     }
     Diagnostics(out)
@@ -199,24 +308,59 @@ fn gateway_rules(g: &Gateway, at: &str, err: &mut impl FnMut(Code, String, Strin
                 _ => host,
             };
             if !is_loopback_host(host) {
-                err(Code::ManifestGateway, format!("{at}.endpoint"), format!("`{}` is plain http to a host that is not loopback", g.endpoint), "use https, or http only to 127.0.0.1/localhost");
+                err(
+                    Code::ManifestGateway,
+                    format!("{at}.endpoint"),
+                    format!("`{}` is plain http to a host that is not loopback", g.endpoint),
+                    "use https, or http only to 127.0.0.1/localhost",
+                );
             }
         }
-        _ => err(Code::ManifestGateway, format!("{at}.endpoint"), format!("`{}` is not an http(s) URL", g.endpoint), "write the endpoint as https://host[:port][/path]"),
+        _ => err(
+            Code::ManifestGateway,
+            format!("{at}.endpoint"),
+            format!("`{}` is not an http(s) URL", g.endpoint),
+            "write the endpoint as https://host[:port][/path]",
+        ),
     }
     if g.endpoint.contains("${") {
-        err(Code::ManifestGateway, format!("{at}.endpoint"), "`${…}` interpolation is only allowed in api_key".into(), "write the endpoint literally");
+        err(
+            Code::ManifestGateway,
+            format!("{at}.endpoint"),
+            "`${…}` interpolation is only allowed in api_key".into(),
+            "write the endpoint literally",
+        );
     }
     match (&g.api_key, g.keyless) {
-        (Some(_), true) => err(Code::ManifestGateway, at.to_string(), "both `api_key` and `keyless: true` are set".into(), "keep one: a credential or `keyless: true`"),
-        (None, false) => err(Code::ManifestGateway, at.to_string(), "neither `api_key` nor `keyless: true` is set".into(), "add `api_key: ${NAME}` or `keyless: true`"),
+        (Some(_), true) => err(
+            Code::ManifestGateway,
+            at.to_string(),
+            "both `api_key` and `keyless: true` are set".into(),
+            "keep one: a credential or `keyless: true`",
+        ),
+        (None, false) => err(
+            Code::ManifestGateway,
+            at.to_string(),
+            "neither `api_key` nor `keyless: true` is set".into(),
+            "add `api_key: ${NAME}` or `keyless: true`",
+        ),
         (Some(k), false) => {
             if let Some(name) = interpolated_name(k) {
                 if !valid_var_name(name) {
-                    err(Code::ManifestGateway, format!("{at}.api_key"), format!("`${{{name}}}` is not a valid variable name"), "use ${NAME} with letters, digits and _");
+                    err(
+                        Code::ManifestGateway,
+                        format!("{at}.api_key"),
+                        format!("`${{{name}}}` is not a valid variable name"),
+                        "use ${NAME} with letters, digits and _",
+                    );
                 }
             } else if k.contains("${") {
-                err(Code::ManifestGateway, format!("{at}.api_key"), "api_key holds `${` but is not exactly `${NAME}`".into(), "write `${NAME}` alone, or a literal");
+                err(
+                    Code::ManifestGateway,
+                    format!("{at}.api_key"),
+                    "api_key holds `${` but is not exactly `${NAME}`".into(),
+                    "write `${NAME}` alone, or a literal",
+                );
             }
         }
         (None, true) => {}
@@ -226,21 +370,41 @@ fn gateway_rules(g: &Gateway, at: &str, err: &mut impl FnMut(Code, String, Strin
 fn capability_rules(c: &Capabilities, at: &str, err: &mut impl FnMut(Code, String, String, &str)) {
     for (i, entry) in c.network.allow.iter().enumerate() {
         if let Err(why) = AllowRule::parse(entry) {
-            err(Code::ManifestCapability, format!("{at}.network.allow[{i}]"), format!("`{entry}`: {why}"), "write https://host[:port], host or host:port");
+            err(
+                Code::ManifestCapability,
+                format!("{at}.network.allow[{i}]"),
+                format!("`{entry}`: {why}"),
+                "write https://host[:port], host or host:port",
+            );
         }
     }
     let scope = &c.filesystem.scope;
     if scope.starts_with('/') || scope.split(['/', '\\']).any(|part| part == "..") {
-        err(Code::ManifestCapability, format!("{at}.filesystem.scope"), format!("`{scope}` leaves the workdir (absolute or `..`)"), "use a folder relative to the workdir, e.g. `.` or `data`");
+        err(
+            Code::ManifestCapability,
+            format!("{at}.filesystem.scope"),
+            format!("`{scope}` leaves the workdir (absolute or `..`)"),
+            "use a folder relative to the workdir, e.g. `.` or `data`",
+        );
     }
     for (i, name) in c.env.allow.iter().enumerate() {
         if is_credential_shaped(name) {
-            err(Code::CredentialEnvDropped, format!("{at}.env.allow[{i}]"), format!("`{name}` looks like a credential and is never passed to a guest"), "remove it; give drivers a gateway credential instead");
+            err(
+                Code::CredentialEnvDropped,
+                format!("{at}.env.allow[{i}]"),
+                format!("`{name}` looks like a credential and is never passed to a guest"),
+                "remove it; give drivers a gateway credential instead",
+            );
         }
     }
     let l = &c.limits;
     if l.memory_bytes == 0 || l.deadline_seconds == 0 || l.table_elements == 0 || l.instances == 0 {
-        err(Code::ManifestCapability, format!("{at}.limits"), "a limit is 0".into(), "give each limit a positive value, or remove it for its default");
+        err(
+            Code::ManifestCapability,
+            format!("{at}.limits"),
+            "a limit is 0".into(),
+            "give each limit a positive value, or remove it for its default",
+        );
     }
 }
 

@@ -5,14 +5,11 @@ use serde_json::json;
 
 use crate::client::post;
 
-const STREAM: &str = r#"{"model":"claude-test","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const STREAM: &str =
+    r#"{"model":"claude-test","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 fn names(reply: &crate::client::Reply) -> Vec<String> {
-    reply
-        .events()
-        .into_iter()
-        .map(|(name, _)| name.expect("every Anthropic event is named"))
-        .collect()
+    reply.events().into_iter().map(|(name, _)| name.expect("every Anthropic event is named")).collect()
 }
 
 #[tokio::test]
@@ -45,11 +42,7 @@ async fn streaming_text_arrives_as_chunk_sized_text_deltas_one_event_per_frame()
     assert_eq!(reply.chunks.len(), reply.events().len());
     for (name, data) in reply.events() {
         let value: serde_json::Value = serde_json::from_str(&data).expect("data is JSON");
-        assert_eq!(
-            value["type"],
-            json!(name),
-            "the data type matches the event name"
-        );
+        assert_eq!(value["type"], json!(name), "the data type matches the event name");
     }
     let events = reply.event_json();
     assert_eq!(events[0]["message"]["model"], "claude-test");
@@ -70,16 +63,8 @@ async fn tool_call_input_json_deltas_reassemble_to_the_scripted_input() {
     let mut script = Script::new(vec![Turn {
         text: Some("Reading.".into()),
         tool_calls: Some(vec![
-            ToolCall {
-                id: None,
-                name: "read_file".into(),
-                input: input.clone(),
-            },
-            ToolCall {
-                id: Some("toolu_given".into()),
-                name: "noop".into(),
-                input: json!({}),
-            },
+            ToolCall { id: None, name: "read_file".into(), input: input.clone() },
+            ToolCall { id: Some("toolu_given".into()), name: "noop".into(), input: json!({}) },
         ]),
         ..Turn::default()
     }]);
@@ -88,14 +73,8 @@ async fn tool_call_input_json_deltas_reassemble_to_the_scripted_input() {
 
     let events = post(stub.addr(), "/v1/messages", STREAM).await.event_json();
 
-    let starts: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["type"] == "content_block_start")
-        .collect();
-    assert_eq!(
-        starts[0]["content_block"],
-        json!({"type": "text", "text": ""})
-    );
+    let starts: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "content_block_start").collect();
+    assert_eq!(starts[0]["content_block"], json!({"type": "text", "text": ""}));
     assert_eq!(
         starts[1]["content_block"],
         json!({"type": "tool_use", "id": "toolu_stub_1", "name": "read_file", "input": {}})
@@ -108,28 +87,17 @@ async fn tool_call_input_json_deltas_reassemble_to_the_scripted_input() {
         .map(|e| e["delta"]["partial_json"].as_str().expect("a JSON piece"))
         .collect();
     assert!(pieces.len() > 1);
-    assert!(
-        pieces
-            .iter()
-            .all(|p| p.len() <= 5 || p.chars().count() == 1)
-    );
-    let joined: serde_json::Value =
-        serde_json::from_str(&pieces.concat()).expect("the pieces join to JSON");
+    assert!(pieces.iter().all(|p| p.len() <= 5 || p.chars().count() == 1));
+    let joined: serde_json::Value = serde_json::from_str(&pieces.concat()).expect("the pieces join to JSON");
     assert_eq!(joined, input);
-    let delta = events
-        .iter()
-        .find(|e| e["type"] == "message_delta")
-        .expect("a message_delta");
+    let delta = events.iter().find(|e| e["type"] == "message_delta").expect("a message_delta");
     assert_eq!(delta["delta"]["stop_reason"], "tool_use");
 }
 
 #[tokio::test]
 async fn thinking_streams_first_as_thinking_deltas_then_one_signature_delta() {
     let script = Script::new(vec![Turn {
-        thinking: Some(Thinking {
-            text: "Let me think hard.".into(),
-            signature: "sig-123".into(),
-        }),
+        thinking: Some(Thinking { text: "Let me think hard.".into(), signature: "sig-123".into() }),
         text: Some("Done.".into()),
         ..Turn::default()
     }]);
@@ -145,46 +113,22 @@ async fn thinking_streams_first_as_thinking_deltas_then_one_signature_delta() {
         .map(|e| e["delta"]["thinking"].as_str().expect("thinking text"))
         .collect();
     assert_eq!(thinking, "Let me think hard.");
-    let last_delta = first_block
-        .iter()
-        .rev()
-        .find(|e| e["type"] == "content_block_delta")
-        .expect("deltas");
-    assert_eq!(
-        last_delta["delta"],
-        json!({"type": "signature_delta", "signature": "sig-123"})
-    );
-    assert!(
-        events
-            .iter()
-            .any(|e| e["index"] == 1 && e["delta"]["text"] == "Done.")
-    );
+    let last_delta = first_block.iter().rev().find(|e| e["type"] == "content_block_delta").expect("deltas");
+    assert_eq!(last_delta["delta"], json!({"type": "signature_delta", "signature": "sig-123"}));
+    assert!(events.iter().any(|e| e["index"] == 1 && e["delta"]["text"] == "Done."));
 }
 
 #[tokio::test]
 async fn a_request_without_stream_gets_one_message_object() {
     let script = Script::new(vec![Turn {
         text: Some("Hi there".into()),
-        tool_calls: Some(vec![ToolCall {
-            id: None,
-            name: "t".into(),
-            input: json!({"a": 1}),
-        }]),
-        usage: Some(capsule_stub::Usage {
-            input_tokens: Some(42),
-            output_tokens: Some(7),
-            cached_tokens: Some(30),
-        }),
+        tool_calls: Some(vec![ToolCall { id: None, name: "t".into(), input: json!({"a": 1}) }]),
+        usage: Some(capsule_stub::Usage { input_tokens: Some(42), output_tokens: Some(7), cached_tokens: Some(30) }),
         ..Turn::default()
     }]);
     let stub = Stub::start(script).expect("the stub starts");
 
-    let reply = post(
-        stub.addr(),
-        "/v1/messages",
-        r#"{"model":"m1","messages":[]}"#,
-    )
-    .await;
+    let reply = post(stub.addr(), "/v1/messages", r#"{"model":"m1","messages":[]}"#).await;
 
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("content-type"), Some("application/json"));
@@ -209,10 +153,7 @@ async fn a_request_without_stream_gets_one_message_object() {
 async fn a_stream_error_follows_the_text_and_nothing_follows_it() {
     let script = Script::new(vec![Turn {
         text: Some("partial".into()),
-        stream_error: Some(StreamError {
-            kind: "overloaded_error".into(),
-            message: "Overloaded".into(),
-        }),
+        stream_error: Some(StreamError { kind: "overloaded_error".into(), message: "Overloaded".into() }),
         ..Turn::default()
     }]);
     let stub = Stub::start(script).expect("the stub starts");
@@ -223,14 +164,7 @@ async fn a_stream_error_follows_the_text_and_nothing_follows_it() {
     let (name, data) = events.last().expect("events");
     assert_eq!(name.as_deref(), Some("error"));
     let data: serde_json::Value = serde_json::from_str(data).expect("JSON");
-    assert_eq!(
-        data,
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
-    );
+    assert_eq!(data, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
     assert!(events.iter().any(|(_, d)| d.contains("\"partial\"")));
-    assert!(
-        !events
-            .iter()
-            .any(|(n, _)| n.as_deref() == Some("message_stop"))
-    );
+    assert!(!events.iter().any(|(n, _)| n.as_deref() == Some("message_stop")));
 }

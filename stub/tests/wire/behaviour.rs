@@ -35,15 +35,7 @@ async fn cut_after_events_drops_the_connection_without_message_stop() {
     assert_eq!(reply.status, 200);
     assert!(!reply.complete, "the chunked body is never terminated");
     let names: Vec<String> = reply.events().into_iter().filter_map(|(n, _)| n).collect();
-    assert_eq!(
-        names,
-        [
-            "message_start",
-            "ping",
-            "content_block_start",
-            "content_block_delta"
-        ]
-    );
+    assert_eq!(names, ["message_start", "ping", "content_block_start", "content_block_delta"]);
 }
 
 #[tokio::test]
@@ -60,20 +52,13 @@ async fn a_cut_larger_than_the_stream_still_withholds_the_terminal_event() {
     assert!(!reply.complete);
     let events = reply.events();
     assert!(!events.iter().any(|(_, d)| d == "[DONE]"));
-    assert!(
-        events
-            .iter()
-            .any(|(_, d)| d.contains("\"finish_reason\":\"stop\""))
-    );
+    assert!(events.iter().any(|(_, d)| d.contains("\"finish_reason\":\"stop\"")));
 }
 
 #[tokio::test]
 async fn garbage_is_sent_raw_as_an_event_stream_then_the_connection_closes() {
-    let stub = Stub::start(Script::new(vec![Turn {
-        garbage: Some("data: {not json\n\n".into()),
-        ..Turn::default()
-    }]))
-    .expect("starts");
+    let stub = Stub::start(Script::new(vec![Turn { garbage: Some("data: {not json\n\n".into()), ..Turn::default() }]))
+        .expect("starts");
 
     let reply = post(stub.addr(), "/v1/messages", STREAM).await;
 
@@ -92,10 +77,7 @@ async fn an_exhausted_script_answers_500_naming_the_turn_count() {
 
     assert_eq!(reply.status, 500);
     assert_eq!(reply.header("content-type"), Some("application/json"));
-    let message = reply.json()["error"]["message"]
-        .as_str()
-        .expect("an error message")
-        .to_owned();
+    let message = reply.json()["error"]["message"].as_str().expect("an error message").to_owned();
     assert!(message.contains("exhausted"), "{message}");
     assert!(message.contains("1 turn"), "{message}");
     assert_eq!(stub.requests()[1].turn, 1);
@@ -118,16 +100,12 @@ async fn unknown_paths_get_a_json_404_naming_the_path_and_take_no_turn() {
     assert_eq!(log.len(), 3);
     assert_eq!(log[0].provider, None);
     assert_eq!(log[1].provider, None);
-    assert_eq!(
-        (log[2].provider, log[2].turn),
-        (Some(Provider::Anthropic), 0)
-    );
+    assert_eq!((log[2].provider, log[2].turn), (Some(Provider::Anthropic), 0));
 }
 
 #[tokio::test]
 async fn every_request_is_recorded_with_headers_body_turn_and_timing() {
-    let stub =
-        Stub::start(Script::new(vec![Turn::text("one"), Turn::text("two")])).expect("starts");
+    let stub = Stub::start(Script::new(vec![Turn::text("one"), Turn::text("two")])).expect("starts");
     let first_body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
     let _ = post(stub.addr(), "/v1/messages", first_body).await;
@@ -140,26 +118,11 @@ async fn every_request_is_recorded_with_headers_body_turn_and_timing() {
     assert_eq!(first.path, "/v1/messages");
     assert_eq!(first.turn, 0);
     assert_eq!(first.provider, Some(Provider::Anthropic));
-    assert_eq!(
-        first.body,
-        serde_json::from_str::<serde_json::Value>(first_body).expect("JSON")
-    );
-    assert!(
-        first
-            .headers
-            .contains(&("x-test".to_owned(), "yes".to_owned()))
-    );
-    assert!(
-        first
-            .headers
-            .iter()
-            .all(|(n, _)| n == &n.to_ascii_lowercase())
-    );
+    assert_eq!(first.body, serde_json::from_str::<serde_json::Value>(first_body).expect("JSON"));
+    assert!(first.headers.contains(&("x-test".to_owned(), "yes".to_owned())));
+    assert!(first.headers.iter().all(|(n, _)| n == &n.to_ascii_lowercase()));
     assert!(first.received_unix_ns > 0);
-    assert!(
-        first.stub_elapsed_ns > 0,
-        "timing is written before the last byte goes out"
-    );
+    assert!(first.stub_elapsed_ns > 0, "timing is written before the last byte goes out");
     let second = &log[1];
     assert_eq!(second.turn, 1);
     assert_eq!(second.provider, Some(Provider::OpenAi));
@@ -171,21 +134,14 @@ async fn every_request_is_recorded_with_headers_body_turn_and_timing() {
     let over_http: Vec<RecordedRequest> =
         serde_json::from_slice(&served.body).expect("the log is a JSON array of requests");
     assert_eq!(over_http, log);
-    assert_eq!(
-        stub.requests().len(),
-        2,
-        "reading the log is not itself recorded"
-    );
+    assert_eq!(stub.requests().len(), 2, "reading the log is not itself recorded");
 }
 
 #[tokio::test]
 async fn delay_ms_is_waited_before_answering_and_shows_in_the_elapsed_time() {
-    let stub = Stub::start(Script::new(vec![Turn {
-        text: Some("late".into()),
-        delay_ms: Some(50),
-        ..Turn::default()
-    }]))
-    .expect("starts");
+    let stub =
+        Stub::start(Script::new(vec![Turn { text: Some("late".into()), delay_ms: Some(50), ..Turn::default() }]))
+            .expect("starts");
 
     let reply = post(stub.addr(), "/v1/messages", r#"{"model":"m"}"#).await;
 
@@ -200,22 +156,13 @@ async fn a_script_file_that_does_not_parse_is_reported_with_its_name_and_cause()
     let path = dir.join("bad-script.yaml");
     std::fs::write(&path, "turns:\n  - text: hi\n    colour: blue\n").expect("written");
 
-    let error = capsule_stub::serve_cli(&path, None)
-        .await
-        .expect_err("the script is refused");
+    let error = capsule_stub::serve_cli(&path, None).await.expect_err("the script is refused");
 
     assert!(matches!(error, StubError::ScriptFile { .. }));
     assert!(error.to_string().contains("bad-script.yaml"), "{error}");
-    let cause = error
-        .source()
-        .expect("the parse problem is kept as the source");
-    assert!(
-        cause.source().is_some(),
-        "and the parser's own error below it"
-    );
-    let missing = capsule_stub::serve_cli(&dir.join("absent.yaml"), None)
-        .await
-        .expect_err("a missing file is refused");
+    let cause = error.source().expect("the parse problem is kept as the source");
+    assert!(cause.source().is_some(), "and the parser's own error below it");
+    let missing = capsule_stub::serve_cli(&dir.join("absent.yaml"), None).await.expect_err("a missing file is refused");
     assert!(matches!(missing, StubError::ReadScriptFile { .. }));
     std::fs::remove_dir_all(&dir).expect("cleaned up");
 }

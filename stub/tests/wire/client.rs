@@ -21,10 +21,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -76,19 +73,12 @@ pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> Reply {
-    exchange(
-        addr,
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-    )
-    .await
+    exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await
 }
 
 async fn exchange(addr: SocketAddr, request: String) -> Reply {
     let mut stream = TcpStream::connect(addr).await.expect("the stub accepts");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("the request is sent");
+    stream.write_all(request.as_bytes()).await.expect("the request is sent");
     let mut raw = Vec::new();
     let mut buffer = [0u8; 4096];
     loop {
@@ -109,22 +99,13 @@ fn parse(raw: &[u8]) -> Reply {
     let head = std::str::from_utf8(&raw[..head_end]).expect("the head is ASCII");
     let mut lines = head.split("\r\n");
     let status_line = lines.next().expect("a status line");
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
+    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
     let headers: Vec<(String, String)> = lines
         .filter_map(|line| line.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let rest = &raw[head_end + 4..];
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
 
     if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
         let mut body = Vec::new();
@@ -147,31 +128,13 @@ fn parse(raw: &[u8]) -> Reply {
             chunks.push(chunk.to_vec());
             at = &at[data_start + size + 2..];
         }
-        Reply {
-            status,
-            headers,
-            body,
-            chunks,
-            complete,
-        }
+        Reply { status, headers, body, chunks, complete }
     } else if let Some(length) = header("content-length") {
         let length: usize = length.parse().expect("a numeric content-length");
         let complete = rest.len() >= length;
         let body = rest[..length.min(rest.len())].to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-            chunks: Vec::new(),
-            complete,
-        }
+        Reply { status, headers, body, chunks: Vec::new(), complete }
     } else {
-        Reply {
-            status,
-            headers,
-            body: rest.to_vec(),
-            chunks: Vec::new(),
-            complete: true,
-        }
+        Reply { status, headers, body: rest.to_vec(), chunks: Vec::new(), complete: true }
     }
 }

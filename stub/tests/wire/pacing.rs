@@ -19,11 +19,7 @@ const EVENTS: usize = 10;
 const PAUSE_MS: u64 = 40;
 
 fn script(pause: Option<u64>) -> Script {
-    let mut script = Script::new(vec![Turn {
-        text: Some("abcd".into()),
-        event_interval_ms: pause,
-        ..Turn::default()
-    }]);
+    let mut script = Script::new(vec![Turn { text: Some("abcd".into()), event_interval_ms: pause, ..Turn::default() }]);
     script.chunk_chars = 1;
     script
 }
@@ -35,10 +31,7 @@ async fn timed_reads(addr: SocketAddr) -> Vec<(Instant, Vec<u8>)> {
         "POST /v1/messages HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{STREAM}",
         STREAM.len()
     );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("the request is sent");
+    stream.write_all(request.as_bytes()).await.expect("the request is sent");
     let mut reads = Vec::new();
     let mut buffer = [0u8; 4096];
     loop {
@@ -60,16 +53,8 @@ async fn event_interval_ms_paces_the_events_without_changing_them() {
 
     assert!(paced_reply.complete, "a paced stream still ends properly");
     assert_eq!(paced_reply.events().len(), EVENTS);
-    assert_eq!(
-        paced_reply.events(),
-        plain_reply.events(),
-        "the same events"
-    );
-    assert_eq!(
-        paced_reply.chunks.len(),
-        EVENTS,
-        "still one chunk per event"
-    );
+    assert_eq!(paced_reply.events(), plain_reply.events(), "the same events");
+    assert_eq!(paced_reply.chunks.len(), EVENTS, "still one chunk per event");
     let pauses = u128::try_from(EVENTS - 1).expect("small") * u128::from(PAUSE_MS) * 1_000_000;
     assert!(
         paced.requests()[0].stub_elapsed_ns >= pauses,
@@ -84,20 +69,13 @@ async fn paced_events_leave_the_stub_one_at_a_time_not_all_at_the_end() {
 
     let reads = timed_reads(stub.addr()).await;
 
-    let text: String = reads
-        .iter()
-        .map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned())
-        .collect();
+    let text: String = reads.iter().map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned()).collect();
     assert!(text.contains("event: message_stop"), "{text}");
     let (first, last) = (reads[0].0, reads[reads.len() - 1].0);
     // The stub hands the events over (EVENTS - 1) × PAUSE_MS apart; half of that leaves room for
     // a late first read while still ruling out a body written in one go after a delay.
     let spread = Duration::from_millis(PAUSE_MS * u64::try_from(EVENTS - 1).expect("small") / 2);
-    assert!(
-        last - first >= spread,
-        "the answer arrived within {:?}; expected at least {spread:?}",
-        last - first
-    );
+    assert!(last - first >= spread, "the answer arrived within {:?}; expected at least {spread:?}", last - first);
 }
 
 #[tokio::test]

@@ -44,10 +44,7 @@ async fn chunk_bytes_streams_one_frame_per_piece_even_when_a_piece_ends_inside_a
     assert_eq!(reply.status, 200);
     assert!(reply.complete, "a raw stream ends properly");
     let expected: Vec<Vec<u8>> = RECORDED.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
-    assert_eq!(
-        reply.chunks, expected,
-        "each piece is its own frame on the wire"
-    );
+    assert_eq!(reply.chunks, expected, "each piece is its own frame on the wire");
     assert!(
         reply.chunks.iter().any(|c| std::str::from_utf8(c).is_err()),
         "some frame ends inside a multi-byte character"
@@ -81,21 +78,12 @@ async fn a_relative_body_file_is_read_from_the_script_folder_with_its_status_and
 
 #[tokio::test]
 async fn a_missing_body_file_is_a_start_error_naming_the_turn_and_the_file() {
-    let script = Script::new(vec![
-        Turn::text("fine"),
-        Turn::raw(RawResponse::file("/nonexistent/recorded.sse")),
-    ]);
+    let script = Script::new(vec![Turn::text("fine"), Turn::raw(RawResponse::file("/nonexistent/recorded.sse"))]);
 
     let error = Stub::start(script).expect_err("the file is read at start");
 
-    assert!(
-        matches!(error, StubError::ReadRawBody { turn: 1, .. }),
-        "{error:?}"
-    );
-    assert!(
-        error.to_string().contains("/nonexistent/recorded.sse"),
-        "{error}"
-    );
+    assert!(matches!(error, StubError::ReadRawBody { turn: 1, .. }), "{error:?}");
+    assert!(error.to_string().contains("/nonexistent/recorded.sse"), "{error}");
 }
 
 #[tokio::test]
@@ -107,10 +95,7 @@ async fn a_raw_turn_with_both_body_sources_or_neither_is_refused_at_start() {
 
     for (raw, says) in [(both, "both"), (neither, "neither")] {
         let error = Stub::start(Script::new(vec![Turn::raw(raw)])).expect_err("refused");
-        assert!(
-            matches!(error, StubError::InvalidScript { .. }),
-            "{error:?}"
-        );
+        assert!(matches!(error, StubError::InvalidScript { .. }), "{error:?}");
         assert!(error.to_string().contains(says), "{error}");
     }
 }
