@@ -30,6 +30,7 @@ pub mod launch;
 pub mod machine_meter;
 pub mod names;
 pub mod session;
+mod session_control;
 pub mod sink;
 pub mod spend;
 pub mod supervisor;

@@ -12,6 +12,7 @@
 //! is emitted after the trace and conversation are flushed, and exactly once per attempt
 //! (the running task is taken out of the state when it finishes).
 
+mod call;
 mod control;
 mod intake;
 mod resume;

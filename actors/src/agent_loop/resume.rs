@@ -12,7 +12,7 @@
 //!
 //! Settings start from the manifest: the driver choice is `primary`, no secret is held.
 
-use capsule_protocol::neutral::{Block, Message, Role};
+use capsule_protocol::neutral::{Message, Role};
 use capsule_protocol::trace::{ExitStatus, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
@@ -101,17 +101,7 @@ impl LoopState {
         let last = self.conversation.last().cloned();
         match last {
             Some(m) if m.role == Role::Assistant => {
-                let calls: Vec<(String, String, serde_json::Value)> = m
-                    .content
-                    .iter()
-                    .filter_map(|b| {
-                        if let Block::ToolCall { id, name, input } = b {
-                            Some((id.clone(), name.clone(), input.clone()))
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
+                let calls = super::call::tool_calls(&m.content);
                 if calls.is_empty() {
                     let text = m.text();
                     return self.finish(ExitStatus::Ok, text).await;
@@ -121,20 +111,7 @@ impl LoopState {
             Some(m) if m.role == Role::Tool => {
                 // Results after the last assistant message: continue with the calls still open.
                 let assistant = self.conversation.iter().rev().find(|m| m.role == Role::Assistant).cloned();
-                let calls: Vec<(String, String, serde_json::Value)> = assistant
-                    .map(|a| {
-                        a.content
-                            .iter()
-                            .filter_map(|b| {
-                                if let Block::ToolCall { id, name, input } = b {
-                                    Some((id.clone(), name.clone(), input.clone()))
-                                } else {
-                                    None
-                                }
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let calls = assistant.map(|a| super::call::tool_calls(&a.content)).unwrap_or_default();
                 self.continue_calls(myself, calls, &seed.interrupted).await;
             }
             _ => self.next_turn(myself),

@@ -1,7 +1,7 @@
 //! The running task and the loop's steps: start, turn, inference answer, tool calls, finish.
 
 use capsule_protocol::frame::{ArtifactBody, Frame, StatusBody, TaskState};
-use capsule_protocol::neutral::{Block, DriverRequest, Message, ProducedBy, Role, StopReason};
+use capsule_protocol::neutral::{DriverRequest, Message, ProducedBy, Role, StopReason};
 use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
@@ -11,11 +11,10 @@ use super::{LoopMsg, LoopState, TaskRecord};
 use crate::coalescer::CoalescerMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
-use crate::gateway::{GatewayMsg, InferReply};
+use crate::gateway::InferReply;
 use crate::journal::JournalMsg;
 use crate::names::{self, lookup, role};
 use crate::session::TaskOutcome;
-use crate::spend::SpendMsg;
 use crate::tools::{ToolRunReply, ToolsMsg};
 
 /// The task being worked on.
@@ -162,7 +161,7 @@ impl LoopState {
             _ => (0, None),
         };
         let producer = ProducedBy { driver: choice.driver.clone(), model: choice.model.clone() };
-        let messages = self.conversation[from..].iter().map(|m| wire_view(m, &producer)).collect();
+        let messages = self.conversation[from..].iter().map(|m| super::call::wire_view(m, &producer)).collect();
         let request = DriverRequest {
             model: choice.model.clone(),
             max_tokens,
@@ -188,9 +187,17 @@ impl LoopState {
         }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let reply =
-                admitted_call(&spend_name, &gateway_name, &artifact, task_id, request, estimate, max_output, timeout)
-                    .await;
+            let reply = super::call::admitted_call(
+                &spend_name,
+                &gateway_name,
+                &artifact,
+                task_id,
+                request,
+                estimate,
+                max_output,
+                timeout,
+            )
+            .await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
     }
@@ -237,17 +244,7 @@ impl LoopState {
             }
             Ok(resp) => resp,
         };
-        let calls: Vec<(String, String, serde_json::Value)> = resp
-            .content
-            .iter()
-            .filter_map(|b| {
-                if let Block::ToolCall { id, name, input } = b {
-                    Some((id.clone(), name.clone(), input.clone()))
-                } else {
-                    None
-                }
-            })
-            .collect();
+        let calls = super::call::tool_calls(&resp.content);
         let used = &self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)];
         let produced_by =
             self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
@@ -436,93 +433,5 @@ impl LoopState {
         }
         self.trace(TraceKind::SessionEnd, json!({"tasks": self.attempts}));
         self.flush().await;
-    }
-}
-
-/// One agent-loop inference call: admission first (a refused call is never sent), then the
-/// gateway, then settlement with the measured totals (a failed call is charged its input).
-/// Settling here, not in the loop, means a call whose answer arrives after its task was
-/// canceled is still charged.
-#[allow(clippy::too_many_arguments)]
-async fn admitted_call(
-    spend_name: &str,
-    gateway_name: &str,
-    artifact: &str,
-    task_id: String,
-    request: DriverRequest,
-    estimate: u64,
-    max_output: u64,
-    timeout: Duration,
-) -> InferReply {
-    let fail = |e: InferenceError| InferReply {
-        result: Err(e),
-        instantiate_time: Duration::ZERO,
-        call_time: Duration::ZERO,
-        continuation_id: None,
-    };
-    let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
-    let Some(meter) = lookup::<SpendMsg>(spend_name) else {
-        return fail(InferenceError::SpendRefused {
-            refusal: crate::spend::Refusal {
-                limit: crate::spend::Limit::MachineUnavailable,
-                ceiling: 0,
-                used: 0,
-                requested: estimate + max_output,
-            },
-        });
-    };
-    let reservation = match meter
-        .call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10)))
-        .await
-    {
-        Ok(ractor::rpc::CallResult::Success(Ok(r))) => r,
-        Ok(ractor::rpc::CallResult::Success(Err(refusal))) => return fail(InferenceError::SpendRefused { refusal }),
-        _ => {
-            return fail(InferenceError::SpendRefused {
-                refusal: crate::spend::Refusal {
-                    limit: crate::spend::Limit::MachineUnavailable,
-                    ceiling: 0,
-                    used: 0,
-                    requested: estimate + max_output,
-                },
-            });
-        }
-    };
-    let reply = match lookup::<GatewayMsg>(gateway_name) {
-        None => fail(down()),
-        Some(g) => {
-            match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await
-            {
-                Ok(ractor::rpc::CallResult::Success(r)) => r,
-                _ => fail(down()),
-            }
-        }
-    };
-    let settle = match &reply.result {
-        Ok(resp) => SpendMsg::Settle {
-            reservation: reservation.id,
-            input: estimate,
-            output: resp.usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::tokens::count_json(&resp.content)),
-            actual: resp.usage,
-        },
-        Err(_) => SpendMsg::Fail { reservation: reservation.id, actual: None },
-    };
-    let _ = meter.cast(settle);
-    reply
-}
-
-/// What a driver choice is sent of a stored message: a `thinking` (or redacted thinking) block
-/// goes only to the driver and model that produced it; the stored history is never edited.
-fn wire_view(m: &Message, to: &ProducedBy) -> Message {
-    match &m.produced_by {
-        Some(p)
-            if p != to
-                && m.content.iter().any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. })) =>
-        {
-            let mut v = m.clone();
-            v.content.retain(|b| !matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. }));
-            v
-        }
-        _ => m.clone(),
     }
 }

@@ -20,10 +20,16 @@ use std::sync::Arc;
 use crate::control::{ControlRefusal, MAX_SECRET_BODY, MAX_SETTING_BODY, Principal};
 use crate::session::Session;
 
+/// The refusal as an answer: its status and `{"error": "<reason>: <sentence>"}`.
+fn answer(r: &ControlRefusal) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, Json(json!({"error": format!("{}: {}", r.reason, r.error)}))).into_response()
+}
+
+/// A refusal this layer decides: traced here, then answered.
 fn refuse(s: &Session, method: &Method, path: &str, r: ControlRefusal) -> Response {
     s.trace_event(TraceKind::ControlRefused, json!({"method": method.as_str(), "path": path, "status": r.status, "reason": r.reason, "token_id": s.control.as_ref().map(|c| c.key.id())}));
-    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut resp = (status, Json(json!({"error": format!("{}: {}", r.reason, r.error)}))).into_response();
+    let mut resp = answer(&r);
     match r.reason {
         "unauthorized" => {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -216,21 +222,16 @@ pub async fn handle(State(s): State<Arc<Session>>, req: Request<Body>) -> Respon
             };
             match s.set_setting(&name, value, Principal::Operator).await {
                 Ok(change) => (StatusCode::OK, Json(change)).into_response(),
-                Err(r) => {
-                    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
-                    (status, Json(json!({"error": format!("{}: {}", r.reason, r.error)}))).into_response()
-                }
+                // The loop already traced its refusal.
+                Err(r) => answer(&r),
             }
         }
         Target::Secret(name) => {
             if method == Method::DELETE {
                 return match s.forget_secret(&name).await {
                     Ok(()) => (StatusCode::OK, Json(json!({"name": name, "set": false}))).into_response(),
-                    Err(r) => (
-                        StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT),
-                        Json(json!({"error": format!("{}: {}", r.reason, r.error)})),
-                    )
-                        .into_response(),
+                    // The session already traced its refusal.
+                    Err(r) => answer(&r),
                 };
             }
             if body.is_empty() {

@@ -1,0 +1,110 @@
+//! One agent-loop inference call as the loop sends it: the wire view of the history for the
+//! choice in use, admission before the call, settlement after; and the tool calls a reply
+//! asks for.
+
+use capsule_protocol::neutral::{Block, DriverRequest, Message, ProducedBy};
+use std::time::Duration;
+
+use crate::error::InferenceError;
+use crate::gateway::{GatewayMsg, InferReply};
+use crate::names::lookup;
+use crate::spend::SpendMsg;
+
+/// The tool calls among a reply's blocks, in order: `(id, name, input)`.
+pub(crate) fn tool_calls(content: &[Block]) -> Vec<(String, String, serde_json::Value)> {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolCall { id, name, input } => Some((id.clone(), name.clone(), input.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One agent-loop inference call: admission first (a refused call is never sent), then the
+/// gateway, then settlement with the measured totals (a failed call is charged its input).
+/// Settling here, not in the loop, means a call whose answer arrives after its task was
+/// canceled is still charged.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn admitted_call(
+    spend_name: &str,
+    gateway_name: &str,
+    artifact: &str,
+    task_id: String,
+    request: DriverRequest,
+    estimate: u64,
+    max_output: u64,
+    timeout: Duration,
+) -> InferReply {
+    let fail = |e: InferenceError| InferReply {
+        result: Err(e),
+        instantiate_time: Duration::ZERO,
+        call_time: Duration::ZERO,
+        continuation_id: None,
+    };
+    let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
+    let Some(meter) = lookup::<SpendMsg>(spend_name) else {
+        return fail(InferenceError::SpendRefused {
+            refusal: crate::spend::Refusal {
+                limit: crate::spend::Limit::MachineUnavailable,
+                ceiling: 0,
+                used: 0,
+                requested: estimate + max_output,
+            },
+        });
+    };
+    let reservation = match meter
+        .call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10)))
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(Ok(r))) => r,
+        Ok(ractor::rpc::CallResult::Success(Err(refusal))) => return fail(InferenceError::SpendRefused { refusal }),
+        _ => {
+            return fail(InferenceError::SpendRefused {
+                refusal: crate::spend::Refusal {
+                    limit: crate::spend::Limit::MachineUnavailable,
+                    ceiling: 0,
+                    used: 0,
+                    requested: estimate + max_output,
+                },
+            });
+        }
+    };
+    let reply = match lookup::<GatewayMsg>(gateway_name) {
+        None => fail(down()),
+        Some(g) => {
+            match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await
+            {
+                Ok(ractor::rpc::CallResult::Success(r)) => r,
+                _ => fail(down()),
+            }
+        }
+    };
+    let settle = match &reply.result {
+        Ok(resp) => SpendMsg::Settle {
+            reservation: reservation.id,
+            input: estimate,
+            output: resp.usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::tokens::count_json(&resp.content)),
+            actual: resp.usage,
+        },
+        Err(_) => SpendMsg::Fail { reservation: reservation.id, actual: None },
+    };
+    let _ = meter.cast(settle);
+    reply
+}
+
+/// What a driver choice is sent of a stored message: a `thinking` (or redacted thinking) block
+/// goes only to the driver and model that produced it; the stored history is never edited.
+pub(crate) fn wire_view(m: &Message, to: &ProducedBy) -> Message {
+    match &m.produced_by {
+        Some(p)
+            if p != to
+                && m.content.iter().any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. })) =>
+        {
+            let mut v = m.clone();
+            v.content.retain(|b| !matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. }));
+            v
+        }
+        _ => m.clone(),
+    }
+}
