@@ -114,6 +114,7 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
             ("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()),
         ],
         preopen: None,
+        disk: Default::default(),
         limits: Limits { deadline_seconds: 120, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),

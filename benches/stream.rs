@@ -509,6 +509,7 @@ async fn latency_driver(host: &Host) -> LatencyRow {
             ("MURMUR_INFERENCE_MODEL".into(), "claude-bench".into()),
         ],
         preopen: None,
+        disk: Default::default(),
         limits: Limits { deadline_seconds: 60, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),

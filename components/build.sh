@@ -33,6 +33,7 @@ CRATES=(
   tool-panic
   guest-imports-unknown
   guest-no-run-export
+  guest-escape
 )
 
 # Workspace crates that are plain Rust libraries (rlib) linked into the

@@ -244,14 +244,14 @@ pub async fn run_with(
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = std::fs::write(session.dir.join("door.url"), door.url()) {
-        eprintln!("warning: cannot write {}: {e}", session.dir.join("door.url").display());
+    if let Err(e) = session.record_door(&door.url()) {
+        eprintln!("warning: cannot record the door's address: {e}");
     }
     let style = if args.json { Style::Json } else { Style::Human };
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())})
+            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "files": session.files, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())})
         );
     } else {
         eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());

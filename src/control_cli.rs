@@ -6,6 +6,8 @@
 //! input (so it never appears in the process list or the shell history) unless `--value` is
 //! given. Exit codes: 0 done, 1 refused (the door's one-sentence reason is printed), 2 usage.
 
+use capsule_actors::session::DOOR_URL_FILE;
+use capsule_runtime::{Beneath, FileMode};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,18 +70,52 @@ impl Target {
             (self.target.trim_end_matches('/').to_string(), file)
         } else {
             let dir = PathBuf::from(&self.target);
-            let url = std::fs::read_to_string(dir.join("door.url")).map_err(|e| {
-                format!("{} has no door.url ({e}); is it a session folder of a running capsule?", dir.display())
+            let url = Beneath::open(&dir).and_then(|d| d.read_to_string(DOOR_URL_FILE)).map_err(|e| {
+                format!(
+                    "cannot read {DOOR_URL_FILE} in {} ({e}); is it the session folder of a running capsule?",
+                    dir.display()
+                )
             })?;
-            (
-                url.trim().trim_end_matches('/').to_string(),
-                self.token_file.clone().unwrap_or_else(|| dir.join("control.token")),
-            )
+            let url = loopback_door(url.trim())?;
+            (url, self.token_file.clone().unwrap_or_else(|| dir.join("control.token")))
         };
-        let token = std::fs::read_to_string(&token_file)
+        let token = Beneath::file_at(&token_file, FileMode::Read)
+            .map_err(|e| e.to_string())
+            .and_then(|mut f| {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut f, &mut s).map_err(|e| e.to_string())?;
+                Ok(s)
+            })
             .map_err(|e| format!("cannot read the control token {}: {e}", token_file.display()))?;
         Ok((url, token.trim().to_string()))
     }
+}
+
+/// The door address recorded in a session folder, accepted only as `http://` to a loopback
+/// address without user info: the token is never sent anywhere else, whoever wrote the file.
+fn loopback_door(recorded: &str) -> Result<String, String> {
+    let refuse = |why: &str| {
+        format!(
+            "refusing the recorded door address `{recorded}`: {why}; the control token is only sent to a loopback door (pass the URL and --token-file to override)"
+        )
+    };
+    let url = reqwest::Url::parse(recorded).map_err(|e| refuse(&e.to_string()))?;
+    if url.scheme() != "http" {
+        return Err(refuse("not http"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse("it carries user info"));
+    }
+    let host = url.host_str().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    if !loopback {
+        return Err(refuse("not a loopback address"));
+    }
+    Ok(recorded.trim_end_matches('/').to_string())
 }
 
 /// Run `capsule control`.
@@ -147,5 +183,23 @@ async fn run(args: ControlArgs) -> Result<String, (u8, String)> {
             .and_then(|v| v["error"].as_str().map(str::to_string))
             .unwrap_or(body);
         Err((1, format!("{} {error}", status.as_u16())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_loopback_http_door_is_accepted_from_a_session_folder() {
+        assert!(loopback_door("http://127.0.0.1:4000").is_ok());
+        assert!(loopback_door("http://127.9.9.9:4000/").is_ok());
+        assert!(loopback_door("http://[::1]:4000").is_ok());
+        assert!(loopback_door("http://localhost:4000").is_ok());
+        for bad in
+            ["http://10.1.2.3:80", "https://127.0.0.1:4000", "http://evil.example", "http://x@127.0.0.1:1", "nonsense"]
+        {
+            assert!(loopback_door(bad).is_err(), "{bad} accepted");
+        }
     }
 }

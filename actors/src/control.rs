@@ -113,14 +113,8 @@ impl TokenKey {
 
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
+    let mut f =
+        capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Truncate).map_err(std::io::Error::other)?;
     f.write_all(bytes)
 }
 

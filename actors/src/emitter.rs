@@ -111,7 +111,7 @@ impl Actor for Emitter {
                 }
                 ring.push_back(f);
             }
-            frames = Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?);
+            frames = Some(capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Append)?);
         }
         if next_id.load(Ordering::SeqCst) == 0 {
             next_id.store(1, Ordering::SeqCst);
@@ -188,7 +188,11 @@ impl Actor for Emitter {
 
 /// The frames of a `frames.jsonl`, ignoring a torn last line.
 pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let Ok(mut f) = capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Read) else { return Vec::new() };
+    let mut text = String::new();
+    if std::io::Read::read_to_string(&mut f, &mut text).is_err() {
+        return Vec::new();
+    }
     text.lines()
         .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;

@@ -25,6 +25,12 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
+    /// A session file or folder is not one the host made (a symlink, a hard link, another
+    /// user's, not a regular file), or a tool's scope is a link.
+    #[error(
+        "E-RUN-061: {0}; the host never follows links in a session folder or the workdir: remove what was planted, or start a new session"
+    )]
+    Files(#[source] capsule_runtime::BeneathError),
     /// An actor could not be spawned.
     #[error("E-RUN-050: the {role} actor could not start")]
     Spawn {
@@ -43,6 +49,7 @@ impl LaunchError {
             LaunchError::Manifest(d) => d.0.first().map(|d| d.code).unwrap_or(Code::ManifestInvalid),
             LaunchError::Load(e) | LaunchError::Host(e) => e.code(),
             LaunchError::Io { .. } => Code::SessionIo,
+            LaunchError::Files(_) => Code::SessionFileRefused,
             LaunchError::Spawn { .. } => Code::ActorCrashed,
         }
     }

@@ -10,7 +10,7 @@
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceEvent;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -53,8 +53,10 @@ pub struct JournalState {
 /// The actor.
 pub struct Journal;
 
-fn open_append(p: &PathBuf) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(p)
+/// Open a journal file for appending: `0600`, never through a symlink, and only a regular
+/// file this user owns.
+fn open_append(p: &std::path::Path) -> Result<File, capsule_runtime::BeneathError> {
+    capsule_runtime::Beneath::file_at(p, capsule_runtime::FileMode::Append)
 }
 
 fn write_line(f: &mut File, value: &impl serde::Serialize, failed: &mut u64) {

@@ -6,7 +6,9 @@
 use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, ArtifactRuntime, Capabilities, Limits, Manifest};
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
-use capsule_runtime::{ArtifactRole, Grants, Host, LoadedArtifact, OutgoingPolicy, gateway_address};
+use capsule_runtime::{
+    ArtifactRole, Beneath, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope, gateway_address,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -18,7 +20,8 @@ use crate::error::LaunchError;
 pub struct LaunchOptions {
     /// `murmur.yaml`, or the folder holding it.
     pub manifest: PathBuf,
-    /// The workdir: session folders and the tools' scope live under it.
+    /// The capsule's folder: its session folders and `files/`, the tools' workdir (created
+    /// `0700`).
     pub workdir: PathBuf,
     /// The sandbox host (one per process).
     pub host: Host,
@@ -67,39 +70,64 @@ pub struct Prepared {
     pub system: String,
     /// Resolved driver credentials.
     pub credentials: HashMap<String, DriverCredential>,
-    /// The workdir, absolute.
+    /// The capsule's folder (`--workdir`), absolute: session folders and [`FILES_DIR`].
     pub workdir: PathBuf,
+    /// The tools' workdir (`<workdir>/files`): every tool's scope lies beneath it, and no
+    /// session file does.
+    pub files: PathBuf,
 }
+
+/// The folder, inside the capsule's folder, that is the tools' workdir. Session folders are
+/// its siblings, so no scope can reach them (CONTRACT §9).
+pub const FILES_DIR: &str = "files";
 
 /// Find `murmur.yaml` for a path that is the file or its folder.
 pub fn manifest_path(p: &Path) -> PathBuf {
     if p.is_dir() { p.join("murmur.yaml") } else { p.to_path_buf() }
 }
 
-fn narrow(capsule: &Capabilities, own: Option<&Capabilities>) -> Capabilities {
-    let Some(own) = own else { return capsule.clone() };
+fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Result<Capabilities, Diagnostic> {
+    let Some(own) = own else { return Ok(capsule.clone()) };
     let mut c = capsule.clone();
     c.network.allow.retain(|e| own.network.allow.contains(e));
     c.env.allow.retain(|e| own.env.allow.contains(e));
-    if own.filesystem.scope != "." {
-        c.filesystem.scope = format!("{}/{}", capsule.filesystem.scope.trim_end_matches('/'), own.filesystem.scope);
-    }
-    c.limits = Limits {
-        memory_bytes: c.limits.memory_bytes.min(own.limits.memory_bytes),
-        deadline_seconds: c.limits.deadline_seconds.min(own.limits.deadline_seconds),
-        table_elements: c.limits.table_elements.min(own.limits.table_elements),
-        instances: c.limits.instances.min(own.limits.instances),
+    // Both scopes passed `scope_parts` at parse time, so joining their parts can only name a
+    // folder at or below the capsule's scope.
+    let refuse = |scope: &str, why: &str| {
+        Diagnostic::new(
+            Code::ManifestCapability,
+            format!("{at}.filesystem.scope"),
+            format!("`{scope}` {why}"),
+            "use a plain folder relative to the workdir, e.g. `.` or `data/in`",
+        )
     };
-    c
+    let mut parts =
+        manifest::scope_parts(&capsule.filesystem.scope).map_err(|w| refuse(&capsule.filesystem.scope, w))?;
+    parts.extend(manifest::scope_parts(&own.filesystem.scope).map_err(|w| refuse(&own.filesystem.scope, w))?);
+    c.filesystem.scope = if parts.is_empty() { ".".into() } else { parts.join("/") };
+    let (a, b) = (c.limits, own.limits);
+    c.limits = Limits {
+        memory_bytes: a.memory_bytes.min(b.memory_bytes),
+        deadline_seconds: a.deadline_seconds.min(b.deadline_seconds),
+        table_elements: a.table_elements.min(b.table_elements),
+        instances: a.instances.min(b.instances),
+        resources: a.resources.min(b.resources),
+        output_bytes: a.output_bytes.min(b.output_bytes),
+        disk_bytes: a.disk_bytes.min(b.disk_bytes),
+    };
+    Ok(c)
 }
 
 /// Read, validate and load. `session_id` and `workdir` go into each artifact's environment and
 /// grants.
 pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
     let mut opts = opts.clone();
-    std::fs::create_dir_all(&opts.workdir).map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
+    Beneath::create(&opts.workdir).map_err(LaunchError::Files)?;
     opts.workdir = std::fs::canonicalize(&opts.workdir)
         .map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
+    let files = Beneath::open(&opts.workdir).and_then(|w| w.dir(FILES_DIR, true)).map_err(LaunchError::Files)?;
+    let files = files.path().to_path_buf();
+    let disk = DiskMeter::default();
     let opts = &opts;
     let path = manifest_path(&opts.manifest);
     let origin = path.display().to_string();
@@ -178,11 +206,13 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
             .into());
         }
         let loaded = LoadedArtifact::load_file(&opts.host, &decl.name, &module)?;
+        let at = format!("artifacts[{}].capabilities", decl.name);
         let caps = narrow(
-            &narrow(&m.capabilities, decl.capabilities.as_ref()),
+            &narrow(&m.capabilities, decl.capabilities.as_ref(), &at)?,
             own.as_ref().and_then(|o| o.capabilities.as_ref()),
-        );
-        let grants = grants_for(&m, decl, &caps, opts, session_id)?;
+            &at,
+        )?;
+        let grants = grants_for(&m, decl, &caps, opts, session_id, (&files, &disk))?;
         artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
     }
     let mut credentials = HashMap::new();
@@ -238,7 +268,7 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
         }
     }
 
-    Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone() })
+    Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone(), files })
 }
 
 fn grants_for(
@@ -247,6 +277,7 @@ fn grants_for(
     caps: &Capabilities,
     opts: &LaunchOptions,
     session_id: &str,
+    (files, disk): (&Path, &DiskMeter),
 ) -> Result<Grants, LaunchError> {
     let mut env = vec![
         ("MURMUR_CAPSULE_NAME".to_string(), m.name.clone()),
@@ -297,15 +328,22 @@ fn grants_for(
     };
     let preopen = match role {
         ArtifactRole::Tool => {
-            let scope = caps.filesystem.scope.trim_start_matches("./").trim_end_matches('/');
-            let dir = if scope == "." || scope.is_empty() { opts.workdir.clone() } else { opts.workdir.join(scope) };
-            std::fs::create_dir_all(&dir).map_err(|source| LaunchError::Io { path: dir.clone(), source })?;
-            Some(dir)
+            let scope = Scope { workdir: files.to_path_buf(), relative: caps.filesystem.scope.clone() };
+            // Resolved now to create it and refuse a planted link early; again at every call.
+            scope.resolve().map_err(LaunchError::Files)?;
+            Some(scope)
         }
         ArtifactRole::Driver => None,
     };
     let allow = caps.network.allow.iter().filter_map(|e| manifest::AllowRule::parse(e).ok()).collect();
-    Ok(Grants { role, env, preopen, limits: caps.limits, policy: OutgoingPolicy { allow, gateway: None } })
+    Ok(Grants {
+        role,
+        env,
+        preopen,
+        limits: caps.limits,
+        policy: OutgoingPolicy { allow, gateway: None },
+        disk: disk.clone(),
+    })
 }
 
 /// The tools offered to the model: every `runtime: tool` artifact, with the description and

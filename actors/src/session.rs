@@ -17,6 +17,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+use capsule_runtime::Beneath;
+
 use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskRecord};
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
@@ -64,14 +66,19 @@ pub enum SessionError {
     LoopDown,
 }
 
+/// The file in a session folder that holds the door's address.
+pub const DOOR_URL_FILE: &str = "door.url";
+
 /// A running session.
 pub struct Session {
     /// `ses_<uuidv7 hex>`.
     pub session_id: String,
     /// The session folder.
     pub dir: PathBuf,
-    /// The workdir.
+    /// The capsule's folder (holds the session folders and `files/`).
     pub workdir: PathBuf,
+    /// The tools' workdir (`<workdir>/files`).
+    pub files: PathBuf,
     /// Launch warnings (already in the trace).
     pub warnings: Vec<capsule_protocol::Diagnostic>,
     /// The capsule manifest (for the agent card and lifecycle).
@@ -104,8 +111,8 @@ impl Session {
                 },
             )?;
         opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        let trace = std::fs::read_to_string(dir.join("trace.jsonl"))
-            .map_err(|source| LaunchError::Io { path: dir.join("trace.jsonl"), source })?;
+        check_session_folder(&dir).map_err(LaunchError::Files)?;
+        let trace = Beneath::open(&dir).and_then(|d| d.read_to_string("trace.jsonl")).map_err(LaunchError::Files)?;
         let mut seed = crate::agent_loop::ResumeSeed::default();
         let mut finished = std::collections::HashSet::new();
         for line in trace.lines() {
@@ -126,6 +133,12 @@ impl Session {
         seed.interrupted.retain(|id| !finished.contains(id));
         let _ = std::fs::remove_file(dir.join("control.token"));
         Self::start(opts, Some(session_id), Some(seed)).await
+    }
+
+    /// Record the door's address in `door.url` (`0600`, in the session folder, which no tool's
+    /// scope reaches; never written through a link). `capsule control` reads it from there.
+    pub fn record_door(&self, url: &str) -> Result<(), capsule_runtime::BeneathError> {
+        Beneath::open(&self.dir)?.write(DOOR_URL_FILE, url.as_bytes())
     }
 
     /// Continue the task a resumed session was running; `None` when there was none.
@@ -149,7 +162,9 @@ impl Session {
         let prepared = prepare(&opts, &session_id)?;
         let dir = prepared.workdir.join(&session_id);
         let out_dir = dir.join("out");
-        std::fs::create_dir_all(&out_dir).map_err(|source| LaunchError::Io { path: out_dir.clone(), source })?;
+        Beneath::open(&prepared.workdir)
+            .and_then(|w| w.dir(&format!("{session_id}/out"), true))
+            .map_err(LaunchError::Files)?;
         let m = &prepared.manifest;
         let (choices, choice_warnings) = crate::choices::resolve(m);
         let mut warnings = prepared.warnings.clone();
@@ -252,6 +267,7 @@ impl Session {
             session_id: session_id.clone(),
             dir,
             workdir: prepared.workdir.clone(),
+            files: prepared.files.clone(),
             warnings: warnings.clone(),
             manifest: Arc::new(prepared.manifest.clone()),
             control,
@@ -411,4 +427,41 @@ impl Session {
         }
         let _ = self.supervisor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }
+}
+
+/// Refuse a session folder holding anything the host did not make: every entry must be a
+/// regular file this user owns with one link, or the `out` folder holding only such files.
+fn check_session_folder(dir: &std::path::Path) -> Result<(), capsule_runtime::BeneathError> {
+    use capsule_runtime::BeneathError;
+    use std::os::unix::fs::MetadataExt;
+    let euid = Beneath::open(dir)?.owner_uid();
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| BeneathError::Io { path, source }
+    };
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).map_err(io(&folder))? {
+            let path = entry.map_err(io(&folder))?.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+            let bad = |what| Err(BeneathError::NotOwnedRegular { path: path.clone(), what });
+            if meta.uid() != euid {
+                return bad("owned by another user");
+            }
+            if meta.file_type().is_symlink() {
+                return bad("a symlink");
+            }
+            if meta.is_dir() && folder == dir && path.file_name().is_some_and(|n| n == "out") {
+                folders.push(path);
+                continue;
+            }
+            if !meta.is_file() {
+                return bad("not a regular file");
+            }
+            if meta.nlink() != 1 {
+                return bad("hard-linked");
+            }
+        }
+    }
+    Ok(())
 }

@@ -45,6 +45,11 @@ pub enum Code {
     MemoryLimit,
     /// A guest trapped (panic, unreachable, out of bounds...).
     GuestTrap,
+    /// A call reached a host-side budget: WASI resources, bytes written to files, or the size
+    /// of its result (`capabilities.limits.resources|disk_bytes|output_bytes`).
+    HostLimit,
+    /// A tool's scope is a symlink or not a folder at call time; the call is refused.
+    ScopeRefused,
     /// A driver reported a failed inference (provider error, malformed stream...).
     InferenceFailed,
     /// A driver answered with data that is not the neutral response format.
@@ -53,6 +58,9 @@ pub enum Code {
     ActorCrashed,
     /// The session's files could not be written.
     SessionIo,
+    /// A session file or folder is not one the host made: a symlink, a hard link, another
+    /// user's file, or not a regular file.
+    SessionFileRefused,
     /// The task ran out of turns.
     MaxTurns,
     /// An alternate driver choice is staged unavailable: its credential resolves nowhere.
@@ -89,10 +97,13 @@ impl Code {
             Code::DeadlineExceeded => "E-RUN-030",
             Code::MemoryLimit => "E-RUN-031",
             Code::GuestTrap => "E-RUN-032",
+            Code::HostLimit => "E-RUN-033",
+            Code::ScopeRefused => "E-RUN-034",
             Code::InferenceFailed => "E-RUN-040",
             Code::DriverProtocol => "E-RUN-041",
             Code::ActorCrashed => "E-RUN-050",
             Code::SessionIo => "E-RUN-060",
+            Code::SessionFileRefused => "E-RUN-061",
             Code::MaxTurns => "E-RUN-070",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",

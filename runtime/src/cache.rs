@@ -3,14 +3,21 @@
 //!
 //! The disk key is the SHA-256 of the wasm bytes plus a hash of the engine's
 //! `precompile_compatibility_hash`, so a `.cwasm` made by another wasmtime version or engine
-//! configuration is never loaded. A `.cwasm` that fails to load is recompiled and replaced.
-//! Files are written to a temporary name and renamed, so a crash mid-write leaves no torn file.
+//! configuration is never loaded. A `.cwasm` is native code that wasmtime runs as is, so each
+//! file ends with an HMAC-SHA256 of its contents under a key that lives in the cache folder
+//! (`cache.key`, `0600`, folder `0700`, never in any guest's scope): a file whose MAC does not
+//! verify (swapped, torn, written by someone else) is recompiled and replaced. Files are
+//! written to a temporary name and renamed, so a crash mid-write leaves no torn file.
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use crate::beneath::{Beneath, FileMode};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -28,6 +35,7 @@ pub enum CacheHit {
 /// Compiled components by content hash.
 pub struct ComponentCache {
     dir: Option<PathBuf>,
+    key: Option<[u8; 32]>,
     compat: String,
     memory: Mutex<HashMap<[u8; 32], Component>>,
 }
@@ -36,7 +44,15 @@ impl ComponentCache {
     pub(crate) fn new(dir: Option<PathBuf>, engine: &Engine) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        ComponentCache { dir, compat: format!("{:016x}", h.finish()), memory: Mutex::new(HashMap::new()) }
+        let key = dir.as_deref().and_then(|d| match cache_key(d) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                tracing::warn!(dir = %d.display(), error = %e, "component cache folder unusable; compiling in memory only");
+                None
+            }
+        });
+        let dir = if key.is_some() { dir } else { None };
+        ComponentCache { dir, key, compat: format!("{:016x}", h.finish()), memory: Mutex::new(HashMap::new()) }
     }
 
     /// The cache folder, when on disk.
@@ -52,25 +68,34 @@ impl ComponentCache {
         let path = self.dir.as_ref().map(|d| d.join(format!("{}-{}.cwasm", hex::encode(key), self.compat)));
         let mut hit = CacheHit::Compiled;
         let mut component = None;
-        if let Some(p) = path.as_ref().filter(|p| p.exists()) {
-            // SAFETY: the file was written by this cache from `Component::serialize` of an
-            // engine with the same compatibility hash (part of the file name); files are
-            // renamed into place whole, so a partial file is never read.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(engine, p) } {
-                Ok(c) => {
-                    hit = CacheHit::Disk;
-                    component = Some(c);
+        if let (Some(p), Some(k)) = (path.as_ref().filter(|p| p.exists()), &self.key) {
+            match read_verified(p, k) {
+                Ok(code) => {
+                    // SAFETY: `code` carries a valid MAC under this cache's private key, so it
+                    // is exactly what this cache wrote from `Component::serialize` of an engine
+                    // with the same compatibility hash (part of the file name).
+                    #[allow(unsafe_code)]
+                    match unsafe { Component::deserialize(engine, &code) } {
+                        Ok(c) => {
+                            hit = CacheHit::Disk;
+                            component = Some(c);
+                        }
+                        Err(e) => {
+                            tracing::warn!(path = %p.display(), error = %e, "ignoring unreadable .cwasm; recompiling")
+                        }
+                    }
                 }
-                Err(e) => tracing::warn!(path = %p.display(), error = %e, "ignoring unreadable .cwasm; recompiling"),
+                Err(why) => {
+                    tracing::warn!(path = %p.display(), why, "ignoring a .cwasm that fails its integrity check; recompiling")
+                }
             }
         }
         let component = match component {
             Some(c) => c,
             None => {
                 let c = Component::new(engine, bytes)?;
-                if let Some(p) = &path
-                    && let Err(e) = write_atomically(p, &c.serialize()?)
+                if let (Some(p), Some(k)) = (&path, &self.key)
+                    && let Err(e) = write_atomically(p, &sealed(c.serialize()?, k, &cache_file_name(p)))
                 {
                     tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it");
                 }
@@ -82,11 +107,83 @@ impl ComponentCache {
     }
 }
 
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+const MAC_LEN: usize = 32;
+const KEY_FILE: &str = "cache.key";
+
+fn mac(key: &[u8; 32]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length; 32 bytes never fails.
+    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
+}
+
+/// The MAC binds the code to its file name (which holds the wasm's hash and the engine's), so
+/// a valid file of another component swapped in under this name does not verify either.
+fn mac_of(key: &[u8; 32], name: &str, code: &[u8]) -> Hmac<Sha256> {
+    let mut m = mac(key);
+    m.update(name.as_bytes());
+    m.update(&[0]);
+    m.update(code);
+    m
+}
+
+/// The code followed by its MAC.
+fn sealed(mut code: Vec<u8>, key: &[u8; 32], name: &str) -> Vec<u8> {
+    let m = mac_of(key, name, &code);
+    code.extend_from_slice(&m.finalize().into_bytes());
+    code
+}
+
+/// Read a cache file (never through a link, only one this user owns) and return its code when
+/// its MAC verifies.
+fn read_verified(path: &Path, key: &[u8; 32]) -> Result<Vec<u8>, &'static str> {
+    let mut f = Beneath::file_at(path, FileMode::Read).map_err(|_| "not a regular file owned by this user")?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(|_| "unreadable")?;
+    if bytes.len() < MAC_LEN {
+        return Err("too short to carry a MAC");
     }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let tag = bytes.split_off(bytes.len() - MAC_LEN);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    mac_of(key, name, &bytes).verify_slice(&tag).map_err(|_| "MAC mismatch")?;
+    Ok(bytes)
+}
+
+/// The cache's private key: made once (32 random bytes, `0600`) in a `0700` folder.
+fn cache_key(dir: &Path) -> std::io::Result<[u8; 32]> {
+    let root = Beneath::create(dir).map_err(std::io::Error::other)?;
+    if !root.exists(KEY_FILE) {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let tmp = format!("{KEY_FILE}.tmp{}", std::process::id());
+        root.write(&tmp, &key).map_err(std::io::Error::other)?;
+        // A concurrent first start may have won; all then read the winner's key.
+        match rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            dir.join(&tmp),
+            rustix::fs::CWD,
+            dir.join(KEY_FILE),
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => std::fs::remove_file(dir.join(&tmp))?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut f = root.file(KEY_FILE, FileMode::Read).map_err(std::io::Error::other)?;
+    let mut key = [0u8; 32];
+    f.read_exact(&mut key)?;
+    Ok(key)
+}
+
+fn cache_file_name(p: &Path) -> String {
+    p.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string()
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(std::io::Error::other("no file name"));
+    };
+    let root = Beneath::open(parent).map_err(std::io::Error::other)?;
+    let tmp = format!("{name}.tmp{}", std::process::id());
+    root.write(&tmp, bytes).map_err(std::io::Error::other)?;
+    std::fs::rename(parent.join(&tmp), path)
 }

@@ -9,18 +9,25 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::bindings::exports::murmur::tool::run as wit;
+use crate::budget::CallDisk;
 use crate::engine::{EPOCH_TICK, Host, boxed};
 use crate::error::CallError;
 use crate::events::GuestEvents;
+use crate::grants::GrantError;
 use crate::grants::{Grants, STDERR_CAPTURE_BYTES};
 use crate::limiter::CallLimiter;
 use crate::load::LoadedArtifact;
 use crate::state::StoreState;
+
+/// Bytes one `wasi:http` fields resource (a request's or response's headers) may hold in
+/// memory. With `limits.resources` this bounds what header bloat can make the host hold.
+pub const FIELD_SIZE_LIMIT: usize = 32 * 1024;
 
 /// Time allowed for instantiation, separate from the call's own deadline.
 pub const INSTANTIATE_DEADLINE: Duration = Duration::from_secs(30);
@@ -92,8 +99,13 @@ impl LoadedArtifact {
         let wasi = match grants.wasi_ctx(stderr.clone()) {
             Ok(w) => w,
             Err(e) => {
+                let artifact = self.name.clone();
+                let err = match e {
+                    GrantError::Scope(source) => CallError::Scope { artifact, source },
+                    GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
+                };
                 return CallOutcome {
-                    result: Err(CallError::Instantiate { artifact: self.name.clone(), source: Box::new(e) }),
+                    result: Err(err),
                     instantiate_time: Duration::ZERO,
                     call_time: Duration::ZERO,
                     stderr: String::new(),
@@ -101,15 +113,20 @@ impl LoadedArtifact {
             }
         };
         let l = grants.limits;
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(FIELD_SIZE_LIMIT);
+        let mut table = wasmtime::component::ResourceTable::new();
+        table.set_max_capacity(l.resources as usize);
         let state = StoreState {
             wasi,
-            http: WasiHttpCtx::new(),
-            table: wasmtime::component::ResourceTable::new(),
+            http,
+            table,
             policy: grants.policy.clone(),
             limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
             events,
             role: grants.role,
             stderr: stderr.clone(),
+            disk: CallDisk::new(grants.disk.clone(), l.disk_bytes),
         };
         let mut store = Store::new(&host.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -137,6 +154,12 @@ impl LoadedArtifact {
         let result = match tokio::time::timeout(deadline, run).await {
             Err(_elapsed) => Err(CallError::Deadline { artifact: self.name.clone(), seconds: deadline.as_secs_f64() }),
             Ok(Err(e)) => Err(self.classify(e, &store, deadline, false)),
+            Ok(Ok(r)) if result_size(&r) > l.output_bytes => Err(CallError::HostLimit {
+                artifact: self.name.clone(),
+                what: "the size of its result",
+                limit: l.output_bytes,
+                key: "output_bytes",
+            }),
             Ok(Ok(r)) => Ok(ToolResult {
                 status: match r.status {
                     wit::Status::Passed => ToolStatus::Passed,
@@ -162,6 +185,25 @@ impl LoadedArtifact {
         instantiating: bool,
     ) -> CallError {
         let lim = &store.data().limiter;
+        let disk = &store.data().disk;
+        if disk.refused() {
+            return CallError::HostLimit {
+                artifact: self.name.clone(),
+                what: "bytes written to files in this session",
+                limit: disk.limit(),
+                key: "disk_bytes",
+            };
+        }
+        let table_full =
+            e.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full)));
+        if table_full {
+            return CallError::HostLimit {
+                artifact: self.name.clone(),
+                what: "live WASI resources (header fields, streams, open files)",
+                limit: store.data().table.max_capacity() as u64,
+                key: "resources",
+            };
+        }
         if lim.memory_refused {
             return CallError::MemoryLimit {
                 artifact: self.name.clone(),
@@ -194,6 +236,13 @@ impl LoadedArtifact {
             source: boxed(e),
         }
     }
+}
+
+/// Bytes a result carries: data, summary, data path and metadata.
+fn result_size(r: &wit::ToolResult) -> u64 {
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let meta: usize = r.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (opt(&r.data) + opt(&r.summary) + opt(&r.data_path) + meta) as u64
 }
 
 /// The useful part of a guest's stderr: a Rust panic's location and message (the message is

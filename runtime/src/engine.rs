@@ -55,8 +55,8 @@ fn config(pooling: bool) -> Config {
             .total_core_instances(POOL_INSTANCES * 4)
             .total_memories(POOL_INSTANCES * 2)
             .total_tables(POOL_INSTANCES * 4)
-            .max_memories_per_component(8)
-            .max_tables_per_component(16);
+            .max_memories_per_component(crate::limiter::MAX_MEMORIES as u32)
+            .max_tables_per_component(crate::limiter::MAX_TABLES as u32);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c
@@ -89,6 +89,7 @@ impl Host {
             .map_err(|e| LoadError::Compile { artifact: "<epoch ticker>".into(), source: Box::new(e) })?;
         let mut linker: Linker<StoreState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| compile_err("<linker>", e))?;
+        crate::budget::meter_file_writes(&mut linker).map_err(|e| compile_err("<linker>", e))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| compile_err("<linker>", e))?;
         HostWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| compile_err("<linker>", e))?;
         let cache = Arc::new(ComponentCache::new(options.cache_dir, &engine));

@@ -119,6 +119,31 @@ pub enum CallError {
         #[source]
         source: Cause,
     },
+    /// The call reached a host-side budget (WASI resources, bytes written, result size).
+    #[error(
+        "E-RUN-033: `{artifact}` reached the host's limit on {what} ({limit}); raise capabilities.limits.{key} if it legitimately needs more"
+    )]
+    HostLimit {
+        /// Artifact name.
+        artifact: String,
+        /// What was limited, in words.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// The manifest key.
+        key: &'static str,
+    },
+    /// The tool's scope is not a plain folder inside the workdir right now.
+    #[error(
+        "E-RUN-034: `{artifact}` was not run: its scope {source}; something replaced the folder, remove the link or point filesystem.scope elsewhere"
+    )]
+    Scope {
+        /// Artifact name.
+        artifact: String,
+        /// What was wrong.
+        #[source]
+        source: crate::beneath::BeneathError,
+    },
     /// The instance could not be created (pool exhausted, start function failed...).
     #[error("E-CAP-005: `{artifact}` could not be instantiated")]
     Instantiate {
@@ -137,6 +162,8 @@ impl CallError {
             CallError::Deadline { .. } => Code::DeadlineExceeded,
             CallError::MemoryLimit { .. } => Code::MemoryLimit,
             CallError::Trap { .. } => Code::GuestTrap,
+            CallError::HostLimit { .. } => Code::HostLimit,
+            CallError::Scope { .. } => Code::ScopeRefused,
             CallError::Instantiate { .. } => Code::ArtifactCompile,
         }
     }

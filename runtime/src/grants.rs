@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
+use crate::beneath::{Beneath, BeneathError};
+use crate::budget::DiskMeter;
 use crate::policy::OutgoingPolicy;
 
 /// Bytes of a guest's stderr kept to explain a trap.
@@ -30,26 +32,59 @@ pub struct Grants {
     pub role: ArtifactRole,
     /// The environment, already filtered (MURMUR_* plus `env.allow`, never credentials).
     pub env: Vec<(String, String)>,
-    /// The host folder preopened as `.` (tools only).
-    pub preopen: Option<PathBuf>,
+    /// The folder preopened as `.` (tools only), resolved at every call.
+    pub preopen: Option<Scope>,
     /// Per-call limits.
     pub limits: Limits,
     /// The outgoing HTTP policy.
     pub policy: OutgoingPolicy,
+    /// Bytes written to files by the session's calls (shared by every artifact of a session).
+    pub disk: DiskMeter,
+}
+
+/// A tool's scope: a folder beneath the workdir. It is resolved at every call, one component
+/// at a time without following symlinks, so a folder another tool swapped for a symlink
+/// refuses the call instead of widening the scope.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The workdir (made by the host; no guest can replace it).
+    pub workdir: PathBuf,
+    /// The scope relative to it (`.` for the workdir itself).
+    pub relative: String,
+}
+
+impl Scope {
+    /// Resolve the scope now, creating missing folders `0700`.
+    pub fn resolve(&self) -> Result<Beneath, BeneathError> {
+        Beneath::open(&self.workdir)?.dir(&self.relative, true)
+    }
+}
+
+/// Why a store's WASI context could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GrantError {
+    /// The scope is a symlink, or not a folder.
+    #[error(transparent)]
+    Scope(BeneathError),
+    /// WASI refused the preopen.
+    #[error("preopen refused")]
+    Wasi(#[source] wasmtime::Error),
 }
 
 impl Grants {
     /// Build the WASI context. Network, DNS and the host's own env, args and stdio are never
     /// inherited; stderr goes to `stderr` so a trap can be explained.
-    pub(crate) fn wasi_ctx(&self, stderr: MemoryOutputPipe) -> std::io::Result<WasiCtx> {
+    pub(crate) fn wasi_ctx(&self, stderr: MemoryOutputPipe) -> Result<WasiCtx, GrantError> {
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr);
         b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         for (k, v) in &self.env {
             b.env(k, v);
         }
-        if let (ArtifactRole::Tool, Some(dir)) = (self.role, &self.preopen) {
-            b.preopened_dir(dir, ".", FsPerms::ReadWrite).map_err(std::io::Error::other)?;
+        if let (ArtifactRole::Tool, Some(scope)) = (self.role, &self.preopen) {
+            let dir = scope.resolve().map_err(GrantError::Scope)?;
+            // The kernel opens exactly the folder just resolved; `dir` may close after this.
+            b.preopened_dir(dir.fd_path(), ".", FsPerms::ReadWrite).map_err(GrantError::Wasi)?;
         }
         Ok(b.build())
     }

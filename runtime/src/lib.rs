@@ -15,7 +15,9 @@
 //! This crate knows nothing of actors. Live events from a guest leave through the
 //! [`GuestEvents`] trait that the caller implements.
 
+mod beneath;
 mod bindings;
+mod budget;
 mod cache;
 mod call;
 mod engine;
@@ -27,11 +29,13 @@ mod load;
 mod policy;
 mod state;
 
+pub use beneath::{Beneath, BeneathError, FileMode};
+pub use budget::DiskMeter;
 pub use cache::{CacheHit, ComponentCache};
 pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
 pub use engine::{EPOCH_TICK, Host, HostOptions};
 pub use error::{CallError, LoadError};
 pub use events::{GuestEvents, NoEvents};
-pub use grants::{ArtifactRole, Grants};
+pub use grants::{ArtifactRole, Grants, Scope};
 pub use load::{ALLOWED_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT};
 pub use policy::{Credential, GatewayRoute, OutgoingPolicy, SecretKey, gateway_address};

@@ -84,6 +84,51 @@ impl std::fmt::Debug for SecretKey {
 /// Auth headers a guest may have set; removed from gateway traffic.
 const AUTH_HEADERS: [&str; 4] = ["authorization", "x-api-key", "api-key", "proxy-authorization"];
 
+/// Which requests through a gateway carry the credential: only `POST` to a provider's
+/// inference path (relative to the endpoint), each path with its provider's header. Any other
+/// method or path is forwarded without the credential, so a driver cannot make the host send
+/// the key to, say, an endpoint that echoes headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyScope {
+    /// `POST …/messages` (Anthropic style: `x-api-key`).
+    Messages,
+    /// `POST …/chat/completions`, `…/responses`, `…/completions`, `…/embeddings` (Bearer).
+    Completions,
+    /// Anything else: no credential.
+    Outside,
+}
+
+const MESSAGES_PATHS: [&str; 2] = ["/v1/messages", "/messages"];
+const COMPLETIONS_PATHS: [&str; 8] = [
+    "/chat/completions",
+    "/v1/chat/completions",
+    "/responses",
+    "/v1/responses",
+    "/completions",
+    "/v1/completions",
+    "/embeddings",
+    "/v1/embeddings",
+];
+
+/// With an artifact's own `upstream_auth` (`fixed`), every `POST` below the endpoint carries
+/// it: that provider's paths are not known here.
+fn key_scope(method: &http::Method, guest_path_and_query: &str, fixed: bool) -> KeyScope {
+    if method != http::Method::POST {
+        return KeyScope::Outside;
+    }
+    let path = guest_path_and_query.split('?').next().unwrap_or_default();
+    if fixed {
+        return KeyScope::Completions;
+    }
+    if MESSAGES_PATHS.contains(&path) {
+        KeyScope::Messages
+    } else if COMPLETIONS_PATHS.contains(&path) {
+        KeyScope::Completions
+    } else {
+        KeyScope::Outside
+    }
+}
+
 /// The per-store policy.
 #[derive(Clone, Debug, Default)]
 pub struct OutgoingPolicy {
@@ -115,7 +160,7 @@ impl OutgoingPolicy {
             .path_and_query(joined)
             .build()
             .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        let anthropic_style = guest_path.ends_with("/messages") || guest_path.contains("/messages?");
+        let style = key_scope(request.method(), &guest_path, gw.fixed.is_some());
         *request.uri_mut() = uri;
         let headers = request.headers_mut();
         for h in AUTH_HEADERS {
@@ -124,15 +169,19 @@ impl OutgoingPolicy {
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             headers.insert(http::header::HOST, host);
         }
-        let credential = match (&gw.fixed, &gw.key) {
-            (Some(fixed), _) => fixed.clone(),
-            (None, Some(key)) if anthropic_style => {
+        let credential = match (style, &gw.fixed, &gw.key) {
+            (KeyScope::Outside, _, _) => {
+                tracing::debug!("gateway request outside the provider's API; sent without the credential");
+                Credential::None
+            }
+            (_, Some(fixed), _) => fixed.clone(),
+            (KeyScope::Messages, None, Some(key)) => {
                 Credential::templated("x-api-key", "{key}", &key.0).unwrap_or(Credential::None)
             }
-            (None, Some(key)) => {
+            (KeyScope::Completions, None, Some(key)) => {
                 Credential::templated("authorization", "Bearer {key}", &key.0).unwrap_or(Credential::None)
             }
-            (None, None) => Credential::None,
+            (_, None, None) => Credential::None,
         };
         if let Credential::Header { name, value } = credential {
             headers.insert(name, value);
@@ -142,6 +191,15 @@ impl OutgoingPolicy {
 
     fn allowed(&self, uri: &Uri) -> bool {
         let scheme = uri.scheme_str().unwrap_or("https");
+        if scheme != "http" && scheme != "https" {
+            return false;
+        }
+        // The connection goes to the raw authority: refuse anything in it but host and port,
+        // so the policy decides on exactly what is dialled.
+        let Some(authority) = uri.authority() else { return false };
+        if authority.as_str().contains('@') {
+            return false;
+        }
         let Some(host) = uri.host() else { return false };
         let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
         self.allow.iter().any(|r| r.allows(scheme, host, port))
@@ -149,7 +207,8 @@ impl OutgoingPolicy {
 
     /// Decide one request: rewrite gateway traffic, pass allowed hosts, deny the rest.
     pub fn decide(&self, request: http::Request<WasiBody>) -> Result<http::Request<WasiBody>, HttpError> {
-        let to_gateway = request.uri().authority().is_some_and(|a| a.as_str() == GATEWAY_AUTHORITY);
+        let to_gateway = request.uri().authority().is_some_and(|a| a.as_str() == GATEWAY_AUTHORITY)
+            && matches!(request.uri().scheme_str(), Some("http") | None);
         match (&self.gateway, to_gateway) {
             (Some(gw), true) => self.rewrite(gw, request),
             _ if self.allowed(request.uri()) => Ok(request),
@@ -195,7 +254,12 @@ mod tests {
     use http_body_util::Empty;
 
     fn req(uri: &str) -> http::Request<WasiBody> {
+        req_with(http::Method::POST, uri)
+    }
+
+    fn req_with(method: http::Method, uri: &str) -> http::Request<WasiBody> {
         http::Request::builder()
+            .method(method)
             .uri(uri)
             .header("x-api-key", "guest-set")
             .header("authorization", "Bearer guest")
@@ -240,5 +304,27 @@ mod tests {
             matches!(p.decide(req("http://127.0.0.1:1/v1/messages")), Err(HttpError::HttpRequestDenied)),
             "no gateway for this artifact"
         );
+    }
+
+    #[test]
+    fn the_credential_goes_only_with_post_to_the_providers_inference_paths() {
+        let g = gw("https://api.example.com");
+        let get = g.decide(req_with(http::Method::GET, "http://127.0.0.1:1/v1/messages")).expect("forwarded");
+        assert!(get.headers().get("x-api-key").is_none(), "GET carries no key");
+        let echo = g.decide(req("http://127.0.0.1:1/echo-headers")).expect("forwarded");
+        assert!(echo.headers().get("x-api-key").is_none() && echo.headers().get("authorization").is_none());
+        let models = g.decide(req("http://127.0.0.1:1/v1/messages/../../echo")).expect("forwarded");
+        assert!(models.headers().get("x-api-key").is_none(), "only the exact paths");
+        let ok = g.decide(req("http://127.0.0.1:1/v1/messages?beta=true")).expect("forwarded");
+        assert_eq!(ok.headers()["x-api-key"], "sk-test");
+    }
+
+    #[test]
+    fn user_info_in_the_authority_is_refused_whatever_the_host() {
+        let p = OutgoingPolicy { allow: vec![AllowRule::parse("127.0.0.1").expect("rule")], gateway: None };
+        assert!(p.decide(req("http://127.0.0.1:9/x")).is_ok());
+        for bad in ["http://x@127.0.0.1:9/x", "http://127.0.0.1@evil.example/x", "http://u:p@127.0.0.1/x"] {
+            assert!(matches!(p.decide(req(bad)), Err(HttpError::HttpRequestDenied)), "{bad} passed");
+        }
     }
 }

@@ -8,6 +8,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::murmur;
+use crate::budget::CallDisk;
 use crate::events::GuestEvents;
 use crate::grants::ArtifactRole;
 use crate::limiter::CallLimiter;
@@ -23,6 +24,7 @@ pub struct StoreState {
     pub(crate) events: Arc<dyn GuestEvents>,
     pub(crate) role: ArtifactRole,
     pub(crate) stderr: MemoryOutputPipe,
+    pub(crate) disk: CallDisk,
 }
 
 impl WasiView for StoreState {

@@ -83,6 +83,7 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
             ("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()),
         ],
         preopen: None,
+        disk: Default::default(),
         limits: Limits { deadline_seconds: DEADLINE_SECONDS, ..Limits::default() },
         policy: OutgoingPolicy { allow: Vec::new(), gateway: Some(GatewayRoute { endpoint, fixed: None, key: None }) },
     };

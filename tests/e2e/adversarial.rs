@@ -5,12 +5,19 @@
 use crate::common::*;
 use capsule_protocol::manifest::{AllowRule, Limits};
 use capsule_runtime::{
-    ArtifactRole, CallError, Grants, LoadedArtifact, NoEvents, OutgoingPolicy, ToolInput, ToolStatus,
+    ArtifactRole, CallError, Grants, LoadedArtifact, NoEvents, OutgoingPolicy, Scope, ToolInput, ToolStatus,
 };
 use std::sync::Arc;
 
 fn tool_grants(preopen: Option<std::path::PathBuf>, limits: Limits) -> Grants {
-    Grants { role: ArtifactRole::Tool, env: vec![], preopen, limits, policy: OutgoingPolicy::default() }
+    Grants {
+        role: ArtifactRole::Tool,
+        env: vec![],
+        preopen: preopen.map(|workdir| Scope { workdir, relative: ".".into() }),
+        limits,
+        policy: OutgoingPolicy::default(),
+        disk: Default::default(),
+    }
 }
 
 async fn call(name: &str, grants: &Grants, data: &str) -> capsule_runtime::CallOutcome {

@@ -34,7 +34,7 @@ fn capsule_demo_completes_a_task_with_a_tool_call_and_leaves_result_and_trace() 
     let result = std::fs::read_to_string(dir.join("out/result.txt")).expect("result.txt");
     assert!(result.contains("Hello from a Murmur capsule"), "{result}");
     assert_eq!(
-        std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"),
+        std::fs::read_to_string(work.path().join("files/hello.txt")).expect("the tool wrote in the tools' workdir"),
         "Hello from a Murmur capsule!\n"
     );
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
@@ -91,7 +91,7 @@ fn capsule_demo_runs_through_the_openai_driver_too() {
         .expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
-        std::fs::read_to_string(work.path().join("hello.txt")).expect("the tool wrote"),
+        std::fs::read_to_string(work.path().join("files/hello.txt")).expect("the tool wrote in the tools' workdir"),
         "Hello from a Murmur capsule!\n"
     );
 }

@@ -205,7 +205,7 @@ async fn entry(host: &HostHandle, name: &str) -> CapsuleEntry {
 
 /// Poll until the capsule's entry satisfies `f` (or 10 s pass).
 async fn wait_for(host: &HostHandle, name: &str, what: &str, f: impl Fn(&CapsuleEntry) -> bool) -> CapsuleEntry {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let e = entry(host, name).await;
         if f(&e) {
@@ -321,6 +321,9 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
     let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
     wait_for(&host, "broken", "failed after its retries", |e| e.state == CapsuleState::Failed).await;
+    // A cold component cache can leave `good` compiling well after `broken` gave up: wait on
+    // its state, never on time.
+    wait_for(&host, "good", "running", |e| e.state == CapsuleState::Running).await;
     let list: Vec<Value> =
         reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
     assert_eq!(list[0]["state"], "running");

@@ -120,6 +120,6 @@ async fn a_200_kb_tool_input_streams_as_coalesced_progress_ending_at_its_size_be
         "the last progress frame (#{last_progress}) comes before the artifact (#{artifact})"
     );
     assert_eq!(frames[artifact].data["artifact"]["is_error"], false, "{}", frames[artifact].data);
-    let written = std::fs::read_to_string(session.workdir.join("big.txt")).expect("big.txt written");
+    let written = std::fs::read_to_string(session.files.join("big.txt")).expect("big.txt written");
     assert_eq!(written.len(), CONTENT_BYTES, "the tool got the whole input");
 }

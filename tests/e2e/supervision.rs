@@ -138,7 +138,7 @@ async fn a_crashed_tools_actor_is_restarted_and_the_next_tool_call_works() {
     let (outcome, frames) = run_task(&session, "write").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     assert_eq!(artifacts(&frames)[0].is_error, Some(false));
-    assert_eq!(std::fs::read_to_string(session.workdir.join("a.txt")).expect("written"), "x");
+    assert_eq!(std::fs::read_to_string(session.files.join("a.txt")).expect("written"), "x");
     session.shutdown().await;
 }
 

@@ -36,9 +36,12 @@ pub const INTERRUPTED: &str = "E-RUN-090";
 
 /// The messages of a conversation record, ignoring a torn last line.
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
-        .unwrap_or_default()
+    let Ok(mut f) = capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Read) else { return Vec::new() };
+    let mut text = String::new();
+    if std::io::Read::read_to_string(&mut f, &mut text).is_err() {
+        return Vec::new();
+    }
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 impl LoopState {

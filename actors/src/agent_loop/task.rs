@@ -385,7 +385,10 @@ impl LoopState {
         let Some(mut r) = self.running.take() else { return };
         let result_text = if status == ExitStatus::Ok { text.clone() } else { format!("error: {text}") };
         let result_path = self.config.out_dir.join("result.txt");
-        if let Err(e) = std::fs::write(&result_path, &result_text) {
+        let written = capsule_runtime::Beneath::file_at(&result_path, capsule_runtime::FileMode::Truncate)
+            .map_err(std::io::Error::other)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, result_text.as_bytes()));
+        if let Err(e) = written {
             tracing::error!(error = %e, path = %result_path.display(), "E-RUN-060: cannot write result.txt");
         }
         let turns = if r.turn == u32::MAX { self.config.max_turns } else { r.turn };

@@ -187,9 +187,8 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
             return Err(chain(&e));
         }
     };
-    let url_file = session.dir.join("door.url");
-    if let Err(e) = std::fs::write(&url_file, door.url()) {
-        tracing::warn!(path = %url_file.display(), error = %e, "cannot write door.url");
+    if let Err(e) = session.record_door(&door.url()) {
+        tracing::warn!(error = %e, "cannot record the door's address");
     }
     Ok(Running { supervisor: supervisor.get_id(), session, door })
 }

@@ -14,4 +14,7 @@ mod validate;
 pub use artifact::{ArtifactManifest, UpstreamAuth};
 pub use parse::{parse, parse_artifact_manifest};
 pub use types::*;
-pub use validate::{AllowRule, KNOWN_SETTINGS, interpolated_name, is_credential_shaped, is_loopback_host};
+pub use validate::{
+    AllowRule, KNOWN_SETTINGS, artifact_capability_rules, interpolated_name, is_credential_shaped, is_loopback_host,
+    scope_parts,
+};

@@ -24,6 +24,17 @@ pub fn parse(text: &str, origin: &str) -> Result<(Manifest, Vec<Diagnostic>), Di
 
 /// Parse an artifact folder's own `murmur.yaml`.
 pub fn parse_artifact_manifest(text: &str, origin: &str) -> Result<ArtifactManifest, Diagnostics> {
+    let own: ArtifactManifest = typed_artifact(text, origin)?;
+    if let Some(c) = &own.capabilities {
+        let found = super::validate::artifact_capability_rules(c, &format!("{origin}: capabilities"));
+        if found.has_errors() {
+            return Err(found);
+        }
+    }
+    Ok(own)
+}
+
+fn typed_artifact(text: &str, origin: &str) -> Result<ArtifactManifest, Diagnostics> {
     typed(text, origin, "an artifact's murmur.yaml").map_err(|d| {
         Diagnostics(
             d.0.into_iter()

@@ -11,6 +11,12 @@ pub const DEFAULT_DEADLINE_SECONDS: u64 = 600;
 pub const DEFAULT_TABLE_ELEMENTS: u32 = 100_000;
 /// The default instance limit per component call.
 pub const DEFAULT_INSTANCES: u32 = 1000;
+/// The default cap on live WASI resources (fields, streams, descriptors, requests) per call.
+pub const DEFAULT_RESOURCES: u32 = 1024;
+/// The default cap on a call's result (`tool-result.data` and the summary), in bytes.
+pub const DEFAULT_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;
+/// The default cap on bytes a session's tools may write to files, all calls together.
+pub const DEFAULT_DISK_BYTES: u64 = 1024 * 1024 * 1024;
 /// The default number of inference calls per task.
 pub const DEFAULT_MAX_TURNS: u32 = 10;
 /// The default output cap per call when the model is not known.
@@ -169,6 +175,16 @@ pub struct Limits {
     /// Instances a call may create.
     #[serde(default = "d_instances")]
     pub instances: u32,
+    /// Live WASI resources a call may hold at once (header fields, streams, open files...).
+    #[serde(default = "d_resources")]
+    pub resources: u32,
+    /// Bytes a call's result may carry (data plus summary).
+    #[serde(default = "d_output")]
+    pub output_bytes: u64,
+    /// Bytes the session's calls of this artifact may write to files, all calls together; one
+    /// call may write at most this much too.
+    #[serde(default = "d_disk")]
+    pub disk_bytes: u64,
 }
 
 fn d_mem() -> u64 {
@@ -183,6 +199,15 @@ fn d_tables() -> u32 {
 fn d_instances() -> u32 {
     DEFAULT_INSTANCES
 }
+fn d_resources() -> u32 {
+    DEFAULT_RESOURCES
+}
+fn d_output() -> u64 {
+    DEFAULT_OUTPUT_BYTES
+}
+fn d_disk() -> u64 {
+    DEFAULT_DISK_BYTES
+}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -191,6 +216,9 @@ impl Default for Limits {
             deadline_seconds: DEFAULT_DEADLINE_SECONDS,
             table_elements: DEFAULT_TABLE_ELEMENTS,
             instances: DEFAULT_INSTANCES,
+            resources: DEFAULT_RESOURCES,
+            output_bytes: DEFAULT_OUTPUT_BYTES,
+            disk_bytes: DEFAULT_DISK_BYTES,
         }
     }
 }

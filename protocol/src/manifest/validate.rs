@@ -367,6 +367,39 @@ fn gateway_rules(g: &Gateway, at: &str, err: &mut impl FnMut(Code, String, Strin
     }
 }
 
+/// The components of a `filesystem.scope`: `.` (or empty) is the workdir itself; otherwise
+/// plain names separated by `/`. Absolute paths, `..`, `.` inside, empty parts, backslashes and
+/// NUL are refused: a scope can only name a folder inside the workdir.
+pub fn scope_parts(scope: &str) -> Result<Vec<&str>, &'static str> {
+    if scope.starts_with('/') {
+        return Err("is absolute; a scope is a folder inside the workdir");
+    }
+    let s = scope.strip_prefix("./").unwrap_or(scope).trim_end_matches('/');
+    if s.is_empty() || s == "." {
+        return Ok(Vec::new());
+    }
+    if s.contains(['\\', '\0']) {
+        return Err("holds a backslash or NUL");
+    }
+    let parts: Vec<&str> = s.split('/').collect();
+    if parts.contains(&"..") {
+        return Err("leaves the workdir (`..`)");
+    }
+    if parts.iter().any(|p| p.is_empty() || *p == ".") {
+        return Err("has an empty or `.` part");
+    }
+    Ok(parts)
+}
+
+/// The rules for an artifact folder's own `capabilities` (the same as the capsule's, with the
+/// capsule-level codes): its scope can only narrow, so it must be a plain relative folder.
+pub fn artifact_capability_rules(c: &Capabilities, at: &str) -> Diagnostics {
+    let mut out = Vec::new();
+    let mut err = |code: Code, at: String, rule: String, fix: &str| out.push(Diagnostic::new(code, at, rule, fix));
+    capability_rules(c, at, &mut err);
+    Diagnostics(out)
+}
+
 fn capability_rules(c: &Capabilities, at: &str, err: &mut impl FnMut(Code, String, String, &str)) {
     for (i, entry) in c.network.allow.iter().enumerate() {
         if let Err(why) = AllowRule::parse(entry) {
@@ -378,13 +411,12 @@ fn capability_rules(c: &Capabilities, at: &str, err: &mut impl FnMut(Code, Strin
             );
         }
     }
-    let scope = &c.filesystem.scope;
-    if scope.starts_with('/') || scope.split(['/', '\\']).any(|part| part == "..") {
+    if let Err(why) = scope_parts(&c.filesystem.scope) {
         err(
             Code::ManifestCapability,
             format!("{at}.filesystem.scope"),
-            format!("`{scope}` leaves the workdir (absolute or `..`)"),
-            "use a folder relative to the workdir, e.g. `.` or `data`",
+            format!("`{}` {why}", c.filesystem.scope),
+            "use a plain folder relative to the workdir, e.g. `.` or `data/in`",
         );
     }
     for (i, name) in c.env.allow.iter().enumerate() {
@@ -398,7 +430,14 @@ fn capability_rules(c: &Capabilities, at: &str, err: &mut impl FnMut(Code, Strin
         }
     }
     let l = &c.limits;
-    if l.memory_bytes == 0 || l.deadline_seconds == 0 || l.table_elements == 0 || l.instances == 0 {
+    if l.memory_bytes == 0
+        || l.deadline_seconds == 0
+        || l.table_elements == 0
+        || l.instances == 0
+        || l.resources == 0
+        || l.output_bytes == 0
+        || l.disk_bytes == 0
+    {
         err(
             Code::ManifestCapability,
             format!("{at}.limits"),
@@ -423,6 +462,16 @@ mod tests {
         assert!(https.allows("https", "x.com", 443));
         assert!(!https.allows("http", "x.com", 80));
         assert!(!https.allows("https", "x.com", 8443));
+    }
+
+    #[test]
+    fn a_scope_is_a_plain_folder_inside_the_workdir() {
+        for ok in [".", "./", "", "data", "./data/in/", "a/b"] {
+            assert!(scope_parts(ok).is_ok(), "{ok:?} refused");
+        }
+        for bad in ["/", "/etc", "..", "../x", "data/../..", "a//b", "a/./b", "a\\b"] {
+            assert!(scope_parts(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]
