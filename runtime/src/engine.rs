@@ -66,6 +66,7 @@ impl Host {
     /// Build the engine (pooling when the OS allows the reservation, on-demand otherwise),
     /// start the epoch ticker and link every interface.
     pub fn new(options: HostOptions) -> Result<Host, LoadError> {
+        raise_descriptor_limit();
         let engine = match Engine::new(&config(true)) {
             Ok(e) => e,
             Err(pool_err) => {
@@ -99,6 +100,20 @@ impl Host {
     /// The component cache.
     pub fn cache(&self) -> &ComponentCache {
         &self.cache
+    }
+}
+
+/// Raise this process's soft limit on open descriptors to its hard limit, once. Each call is
+/// capped at `limits.resources` live WASI resources, so many capsules' calls fit side by side
+/// and one capsule cannot use up what the others' doors and the host API need.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::debug!(error = %e, "cannot raise the descriptor limit");
+        }
     }
 }
 

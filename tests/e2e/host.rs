@@ -348,3 +348,67 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
     host.shutdown().await.expect("shutdown");
     api.close();
 }
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_capsule_whose_tool_exhausts_its_budgets_never_starves_its_neighbour_or_the_host_api() {
+    let stub_a = stub(vec![
+        Turn::tool_call("escape", json!({"op": "open_many", "count": 1_000_000})),
+        Turn::tool_call("escape", json!({"op": "fill", "path": "big", "bytes": 64 * 1024 * 1024, "chunk": 65536})),
+        Turn::tool_call("escape", json!({"op": "fields", "count": 1_000_000, "size": 16_000})),
+        Turn::text("alpha done"),
+    ]);
+    let stub_b = stub((0..5000).map(|_| Turn::text("pong")).collect());
+    let a = anthropic_capsule(
+        &stub_a.url(),
+        &[("escape", "{DIST}/guest-escape.wasm")],
+        "capabilities: {limits: {disk_bytes: 1048576}}\n",
+    );
+    let b = anthropic_capsule(&stub_b.url(), &[], "");
+    let planned = |name: &str, cap: &Capsule| PlannedCapsule {
+        name: name.into(),
+        manifest: cap.path().to_path_buf(),
+        workdir: cap.workdir.clone(),
+        port: 0,
+    };
+    let shared =
+        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default())
+        .await
+        .expect("host starts");
+    let settled = host.settled().await.expect("settled");
+    assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
+    let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
+    let (alpha, beta) = (entry(&host, "alpha").await, entry(&host, "beta").await);
+    let before = open_descriptors();
+
+    let hostile = tokio::spawn({
+        let url = alpha.url.clone().expect("alpha door");
+        async move { send(&url, "exhaust everything").await }
+    });
+    let mut answered = 0;
+    while !hostile.is_finished() || answered == 0 {
+        let v = send(beta.url.as_deref().expect("beta door"), "ping").await;
+        assert_eq!(v["result"]["status"]["response"], "pong", "beta failed while alpha's tool ran: {v}");
+        let list: Vec<Value> =
+            reqwest::get(format!("{}/capsules", api.url())).await.expect("host API").json().await.expect("json");
+        assert_eq!(list.len(), 2);
+        answered += 1;
+    }
+    let v = hostile.await.expect("alpha's task");
+    assert_eq!(v["result"]["status"]["response"], "alpha done", "alpha's task goes on after each coded limit: {v}");
+    let trace = traces(&a.workdir).concat();
+    let tool_errors: Vec<String> =
+        trace.iter().filter(|e| e["event_type"] == "tool_call").map(|e| e.to_string()).collect();
+    assert_eq!(tool_errors.len(), 3, "{tool_errors:?}");
+    for (err, key) in tool_errors.iter().zip(["resources", "disk_bytes", "resources"]) {
+        assert!(err.contains("E-RUN-033") && err.contains(key), "expected E-RUN-033 {key}: {err}");
+    }
+    let size = std::fs::metadata(a.workdir.join("files/big")).map(|m| m.len()).unwrap_or(0);
+    assert!(size <= 1024 * 1024, "the disk budget held: {size} bytes");
+    assert!(open_descriptors() <= before + 16, "descriptors released: {before} before, {} after", open_descriptors());
+    host.shutdown().await.expect("shutdown");
+}
