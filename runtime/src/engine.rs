@@ -44,7 +44,7 @@ impl std::fmt::Debug for Host {
     }
 }
 
-fn config(pooling: bool) -> Config {
+pub(crate) fn config(pooling: bool) -> Config {
     let mut c = Config::new();
     c.wasm_component_model(true);
     c.epoch_interruption(true);

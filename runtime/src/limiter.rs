@@ -107,6 +107,49 @@ mod tests {
         assert_eq!(l.memory_total, 100);
     }
 
+    /// A component of `n` core instances, each with a memory of `pages` 64 KiB pages.
+    fn many_memories(n: usize, pages: u32) -> Vec<u8> {
+        let instances: String = (0..n).map(|_| "(core instance (instantiate $m))\n").collect();
+        wat::parse_str(format!("(component (core module $m (memory {pages})) {instances})")).expect("valid wat")
+    }
+
+    /// Compile and instantiate under a limiter, with the pooling allocator or on demand;
+    /// false when either step refuses.
+    async fn instantiate(bytes: &[u8], memory_bytes: u64, pooling: bool) -> (bool, CallLimiter) {
+        let engine = wasmtime::Engine::new(&crate::engine::config(pooling)).expect("engine");
+        let mut store = wasmtime::Store::new(&engine, CallLimiter::new(memory_bytes, 1000, 100));
+        store.limiter(|l| l);
+        let Ok(component) = wasmtime::component::Component::new(&engine, bytes) else {
+            return (false, store.data().clone());
+        };
+        let linker = wasmtime::component::Linker::<CallLimiter>::new(&engine);
+        let ok = linker.instantiate_async(&mut store, &component).await.is_ok();
+        (ok, store.data().clone())
+    }
+
+    #[tokio::test]
+    async fn a_component_with_many_memories_gets_one_budget_for_all_of_them() {
+        for pooling in [true, false] {
+            // Eight memories of 10 MiB: each alone is far below 64 MiB, together they are not.
+            let (ok, l) = instantiate(&many_memories(8, 160), 64 * 1024 * 1024, pooling).await;
+            assert!(!ok && l.memory_refused, "eight 10 MiB memories passed a 64 MiB budget (pooling {pooling})");
+            assert!(l.memory_total <= 64 * 1024 * 1024);
+            let (ok, l) = instantiate(&many_memories(4, 160), 64 * 1024 * 1024, pooling).await;
+            assert!(ok && !l.memory_refused, "four fit (pooling {pooling})");
+            assert_eq!(l.memory_total, 4 * 160 * 65536);
+        }
+    }
+
+    #[tokio::test]
+    async fn more_memories_than_the_store_allows_are_refused_with_or_without_the_pool() {
+        for pooling in [true, false] {
+            let (ok, _) = instantiate(&many_memories(MAX_MEMORIES + 1, 1), u64::MAX, pooling).await;
+            assert!(!ok, "{} memories instantiated (pooling {pooling})", MAX_MEMORIES + 1);
+            let (ok, _) = instantiate(&many_memories(MAX_MEMORIES, 1), u64::MAX, pooling).await;
+            assert!(ok, "{MAX_MEMORIES} memories are allowed (pooling {pooling})");
+        }
+    }
+
     #[test]
     fn tables_share_one_budget() {
         let mut l = CallLimiter::new(100, 10, 4);
