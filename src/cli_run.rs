@@ -27,6 +27,10 @@ pub struct RunArgs {
     /// frame ids continue.
     #[arg(long, conflicts_with = "task")]
     pub resume: Option<PathBuf>,
+    /// With --resume: when a journal file is damaged in the middle (E-RUN-063), keep its valid
+    /// prefix, drop the rest and say what was dropped, instead of refusing.
+    #[arg(long, requires = "resume")]
+    pub repair: bool,
     /// The task text; without it the capsule serves its door and waits for tasks.
     #[arg(long)]
     pub task: Option<String>,
@@ -144,8 +148,23 @@ fn capsule_name(path: &std::path::Path) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capsule".into())
 }
 
+/// The door has no authentication yet, so it serves on loopback only: anything else is
+/// refused before a session starts.
+pub fn loopback_bind(bind: std::net::IpAddr) -> Result<(), String> {
+    if bind.is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "E-RUN-061 at --bind: `{bind}` is not a loopback address; the door has no authentication, so anyone who can reach {bind} could submit tasks, read every frame and cancel work (fix: use 127.0.0.1 or ::1, and reach the door through an authenticating proxy or an SSH tunnel)"
+    ))
+}
+
 /// Run one task; the process exit code follows the task's exit status.
 pub async fn run(args: RunArgs) -> ExitCode {
+    if let Err(message) = loopback_bind(args.bind) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     let host = match Host::new(HostOptions { cache_dir: args.cache_dir.clone().or_else(default_cache_dir) }) {
         Ok(h) => h,
         Err(e) => {
@@ -225,7 +244,12 @@ pub async fn run_with(
         host_config,
     };
     let launched = match &args.resume {
-        Some(dir) => Session::resume(opts, dir).await,
+        Some(dir) => Session::resume_with(opts, dir, args.repair).await.map(|(s, reports)| {
+            for r in reports {
+                eprintln!("warning: journal: {r}");
+            }
+            s
+        }),
         None => Session::launch(opts).await,
     };
     let session = match launched {
@@ -314,4 +338,19 @@ pub async fn run_with(
     session.shutdown().await;
     door.close();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_door_binds_only_to_loopback() {
+        assert!(loopback_bind("127.0.0.1".parse().expect("ip")).is_ok());
+        assert!(loopback_bind("::1".parse().expect("ip")).is_ok());
+        for ip in ["0.0.0.0", "::", "192.0.2.1"] {
+            let e = loopback_bind(ip.parse().expect("ip")).expect_err("refused");
+            assert!(e.starts_with("E-RUN-061"), "{e}");
+        }
+    }
 }

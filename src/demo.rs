@@ -77,6 +77,7 @@ pub async fn demo(args: DemoArgs) -> ExitCode {
     let run = RunArgs {
         capsule: Some(dir),
         resume: None,
+        repair: false,
         task: Some(args.task),
         json: args.json,
         workdir: args.workdir,

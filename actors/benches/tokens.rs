@@ -245,7 +245,7 @@ fn per_turn() {
     println!();
 }
 
-async fn round_trips(machine: bool, n: usize) -> f64 {
+async fn round_trips(machine: bool, journal: bool, n: usize) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = if machine {
         Some(
@@ -257,9 +257,11 @@ async fn round_trips(machine: bool, n: usize) -> f64 {
     } else {
         None
     };
-    let (m, _) = Actor::spawn(None, SpendMeter, SpendArgs::new("ses_bench", Some(u64::MAX / 4), host.clone()))
-        .await
-        .expect("meter");
+    let args = SpendArgs {
+        journal: journal.then(|| dir.path().join("spend.jsonl")),
+        ..SpendArgs::new("ses_bench", Some(u64::MAX / 4), host.clone())
+    };
+    let (m, _) = Actor::spawn(None, SpendMeter, args).await.expect("meter");
     let once = |m: ActorRef<SpendMsg>| async move {
         let r = m
             .call(|reply| SpendMsg::Admit { estimated_input: 1200, max_output: 4096, reply }, None)
@@ -289,18 +291,25 @@ async fn round_trips(machine: bool, n: usize) -> f64 {
 
 fn admission() {
     println!("## 3. Admission + settle round trip (`Admit` call + `Settle` cast)\n");
-    println!("| runtime | session meter only | + machine meter (ledger on disk) |");
-    println!("|---|---|---|");
+    println!(
+        "| runtime | session meter only | + session spend journal | + machine meter (ledger under the cross-process lock) |"
+    );
+    println!("|---|---|---|---|");
     let multi = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let current = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     for (name, rt) in [("multi-thread (CLI)", &multi), ("current-thread", &current)] {
-        let mut alone = Vec::new();
-        let mut shared = Vec::new();
+        let (mut alone, mut journal, mut shared) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..5 {
-            alone.push(rt.block_on(round_trips(false, 5000)) as u128);
-            shared.push(rt.block_on(round_trips(true, 5000)) as u128);
+            alone.push(rt.block_on(round_trips(false, false, 5000)) as u128);
+            journal.push(rt.block_on(round_trips(false, true, 5000)) as u128);
+            shared.push(rt.block_on(round_trips(true, true, 5000)) as u128);
         }
-        println!("| {name} | {:.1} µs | {:.1} µs |", median_ns(alone) / 1e3, median_ns(shared) / 1e3);
+        println!(
+            "| {name} | {:.1} µs | {:.1} µs | {:.1} µs |",
+            median_ns(alone) / 1e3,
+            median_ns(journal) / 1e3,
+            median_ns(shared) / 1e3
+        );
     }
     multi.shutdown_timeout(Duration::from_secs(1));
     println!();

@@ -53,7 +53,7 @@ pub struct EmitterArgs {
 
 /// State.
 pub struct EmitterState {
-    frames: Option<std::fs::File>,
+    frames: Option<crate::journal_check::SealedFile>,
     /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
     next_id: Arc<AtomicU64>,
     ring: VecDeque<NumberedFrame>,
@@ -111,7 +111,7 @@ impl Actor for Emitter {
                 }
                 ring.push_back(f);
             }
-            frames = Some(capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Append)?);
+            frames = Some(crate::journal_check::SealedFile::open(path)?);
         }
         if next_id.load(Ordering::SeqCst) == 0 {
             next_id.store(1, Ordering::SeqCst);
@@ -130,13 +130,10 @@ impl Actor for Emitter {
                 let numbered = if frame.is_id_bearing() {
                     let id = state.next_id.fetch_add(1, Ordering::SeqCst);
                     let n = NumberedFrame { id: Some(id), frame };
-                    if let Some(f) = state.frames.as_mut() {
-                        use std::io::Write;
-                        let mut line = n.to_json_line().to_string();
-                        line.push('\n');
-                        if let Err(e) = f.write_all(line.as_bytes()) {
-                            tracing::error!(error = %e, "cannot append to frames.jsonl");
-                        }
+                    if let Some(f) = state.frames.as_mut()
+                        && let Err(e) = f.append(n.to_json_line().to_string().into_bytes())
+                    {
+                        tracing::error!(error = %e, "cannot append to frames.jsonl");
                     }
                     if state.ring.len() == REPLAY_RING {
                         state.ring.pop_front();
@@ -155,7 +152,8 @@ impl Actor for Emitter {
                         let mut out = Vec::new();
                         let first =
                             state.ring.front().and_then(|f| f.id).unwrap_or(state.next_id.load(Ordering::SeqCst));
-                        if after + 1 < first {
+                        // Checked: a Last-Event-ID of u64::MAX is after every frame, not before the first.
+                        if after.checked_add(1).is_some_and(|next| next < first) {
                             out.push(NumberedFrame { id: None, frame: Frame::Gap { first_available_id: first } });
                         }
                         out.extend(state.ring.iter().filter(|f| f.id.is_some_and(|id| id > after)).cloned());
@@ -186,16 +184,24 @@ impl Actor for Emitter {
     }
 }
 
-/// The frames of a `frames.jsonl`, ignoring a torn last line.
-pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
+/// The verified records of a journal file (its valid prefix; see
+/// [`capsule_protocol::journal_line`]); empty when it cannot be read. `--resume` checks the
+/// files first and refuses damage, so in a running session this is the whole file.
+pub fn journal_records(path: &std::path::Path) -> Vec<Vec<u8>> {
     let Ok(mut f) = capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Read) else { return Vec::new() };
-    let mut text = String::new();
-    if std::io::Read::read_to_string(&mut f, &mut text).is_err() {
+    let mut bytes = Vec::new();
+    if std::io::Read::read_to_end(&mut f, &mut bytes).is_err() {
         return Vec::new();
     }
-    text.lines()
+    capsule_protocol::journal_line::scan(&bytes).records
+}
+
+/// The frames of a `frames.jsonl` (its verified lines).
+pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
+    journal_records(path)
+        .iter()
         .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let v: serde_json::Value = serde_json::from_slice(l).ok()?;
             let frame: Frame =
                 serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
             Some(NumberedFrame { id: v["id"].as_u64(), frame })
@@ -236,5 +242,27 @@ mod tests {
         assert_eq!(lagged.frame, Frame::Lagged { missed: 1000 - SUBSCRIBER_QUEUE as u64 });
         assert_eq!(lagged.id, None);
         assert_eq!(slow.recv().await.expect("next").id, Some(1001));
+    }
+
+    #[tokio::test]
+    async fn a_last_event_id_at_the_top_of_the_range_gets_no_spurious_gap() {
+        let (e, _) =
+            Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None })
+                .await
+                .expect("emitter");
+        for i in 0..3 {
+            let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false }));
+        }
+        for after in [u64::MAX, u64::MAX - 1, 3] {
+            let mut rx = e
+                .call(|reply| EmitterMsg::Subscribe { after: Some(after), reply }, None)
+                .await
+                .expect("call")
+                .expect("rx");
+            assert!(rx.try_recv().is_err(), "Last-Event-ID {after}: nothing to replay, and no gap");
+        }
+        let mut rx =
+            e.call(|reply| EmitterMsg::Subscribe { after: Some(1), reply }, None).await.expect("call").expect("rx");
+        assert_eq!(rx.try_recv().expect("replay").id, Some(2));
     }
 }

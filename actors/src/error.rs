@@ -28,9 +28,23 @@ pub enum LaunchError {
     /// A session file or folder is not one the host made (a symlink, a hard link, another
     /// user's, not a regular file), or a tool's scope is a link.
     #[error(
-        "E-RUN-061: {0}; the host never follows links in a session folder or the workdir: remove what was planted, or start a new session"
+        "E-RUN-062: {0}; the host never follows links in a session folder or the workdir: remove what was planted, or start a new session"
     )]
     Files(#[source] capsule_runtime::BeneathError),
+    /// A journal file has a damaged line in the middle; `--repair` keeps the valid prefix.
+    #[error(
+        "E-RUN-063: {file} is damaged at line {line} ({good} good lines before it, {lines} from there on); nothing was resumed. Pass --repair to keep the first {good} lines and drop the rest, or keep the folder for inspection"
+    )]
+    JournalDamaged {
+        /// The file.
+        file: std::path::PathBuf,
+        /// The first damaged line (1-based).
+        line: usize,
+        /// Lines from the damaged one to the end.
+        lines: usize,
+        /// Good lines before it.
+        good: usize,
+    },
     /// An actor could not be spawned.
     #[error("E-RUN-050: the {role} actor could not start")]
     Spawn {
@@ -50,6 +64,7 @@ impl LaunchError {
             LaunchError::Load(e) | LaunchError::Host(e) => e.code(),
             LaunchError::Io { .. } => Code::SessionIo,
             LaunchError::Files(_) => Code::SessionFileRefused,
+            LaunchError::JournalDamaged { .. } => Code::JournalDamaged,
             LaunchError::Spawn { .. } => Code::ActorCrashed,
         }
     }

@@ -7,11 +7,10 @@
 //! after `sync_data`, for the end of a task. A failed write is logged and counted, never
 //! dropped silently.
 
+use crate::journal_check::SealedFile;
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceEvent;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 
 /// Messages.
@@ -45,8 +44,8 @@ pub struct JournalArgs {
 
 /// State: the open files.
 pub struct JournalState {
-    trace: File,
-    conversation: File,
+    trace: SealedFile,
+    conversation: SealedFile,
     failed_writes: u64,
 }
 
@@ -54,13 +53,13 @@ pub struct JournalState {
 pub struct Journal;
 
 /// Open a journal file for appending: `0600`, never through a symlink, and only a regular
-/// file this user owns.
-fn open_append(p: &std::path::Path) -> Result<File, capsule_runtime::BeneathError> {
-    capsule_runtime::Beneath::file_at(p, capsule_runtime::FileMode::Append)
+/// file this user owns; each line numbered and sealed.
+fn open_append(p: &std::path::Path) -> Result<SealedFile, capsule_runtime::BeneathError> {
+    SealedFile::open(p)
 }
 
-fn write_line(f: &mut File, value: &impl serde::Serialize, failed: &mut u64) {
-    let mut line = match serde_json::to_vec(value) {
+fn write_line(f: &mut SealedFile, value: &impl serde::Serialize, failed: &mut u64) {
+    let line = match serde_json::to_vec(value) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(error = %e, "journal line not serializable");
@@ -68,8 +67,7 @@ fn write_line(f: &mut File, value: &impl serde::Serialize, failed: &mut u64) {
             return;
         }
     };
-    line.push(b'\n');
-    if let Err(e) = f.write_all(&line) {
+    if let Err(e) = f.append(line) {
         tracing::error!(error = %e, "journal write failed");
         *failed += 1;
     }

@@ -66,6 +66,19 @@ pub enum SessionError {
     LoopDown,
 }
 
+/// Control refusals traced in full per second; more are only counted (a flood of bad requests
+/// must not fill the disk through the trace).
+pub const REFUSALS_TRACED_PER_SECOND: u32 = 20;
+
+/// The refusal trace budget: the current one-second window, refusals traced in it, and
+/// refusals counted but not traced since the last traced one.
+#[derive(Debug, Default)]
+struct RefusalWindow {
+    start_ms: u64,
+    traced: u32,
+    suppressed: u64,
+}
+
 /// The file in a session folder that holds the door's address.
 pub const DOOR_URL_FILE: &str = "door.url";
 
@@ -86,6 +99,7 @@ pub struct Session {
     /// The control surface, when `control.settings` or `control.secrets` is non-empty.
     pub control: Option<ControlHandle>,
     supervisor: ActorRef<SupervisorMsg>,
+    refusals: std::sync::Mutex<RefusalWindow>,
 }
 
 impl Session {
@@ -97,7 +111,19 @@ impl Session {
     /// Resume the session in `dir` (`<workdir>/<session id>`) after the process stopped: same
     /// id and files, frame ids continue, the conversation is rebuilt from its record. Call
     /// [`Session::resume_task`] to continue the task that was running.
-    pub async fn resume(mut opts: LaunchOptions, dir: &std::path::Path) -> Result<Session, LaunchError> {
+    pub async fn resume(opts: LaunchOptions, dir: &std::path::Path) -> Result<Session, LaunchError> {
+        Self::resume_with(opts, dir, false).await.map(|(s, _)| s)
+    }
+
+    /// [`Session::resume`], first checking every journal file: a torn last line is cut off and
+    /// reported; damage in a complete line refuses the resume (`E-RUN-063`, naming the file
+    /// and line) unless `repair`, which keeps each file's valid prefix and reports what it
+    /// dropped. Returns the session and those reports.
+    pub async fn resume_with(
+        mut opts: LaunchOptions,
+        dir: &std::path::Path,
+        repair: bool,
+    ) -> Result<(Session, Vec<String>), LaunchError> {
         let io = |source| LaunchError::Io { path: dir.to_path_buf(), source };
         let dir = std::fs::canonicalize(dir).map_err(io)?;
         let session_id =
@@ -112,11 +138,12 @@ impl Session {
             )?;
         opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
         check_session_folder(&dir).map_err(LaunchError::Files)?;
-        let trace = Beneath::open(&dir).and_then(|d| d.read_to_string("trace.jsonl")).map_err(LaunchError::Files)?;
-        let mut seed = crate::agent_loop::ResumeSeed::default();
+        let (reports, next_frame_id) = crate::journal_check::check(&dir, repair)?;
+        let trace = crate::emitter::journal_records(&dir.join("trace.jsonl"));
+        let mut seed = crate::agent_loop::ResumeSeed { next_frame_id, ..Default::default() };
         let mut finished = std::collections::HashSet::new();
-        for line in trace.lines() {
-            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        for line in &trace {
+            let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
             let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
             match ev["event_type"].as_str().unwrap_or("") {
                 "task_start" => seed.task = Some((field("task_id"), field("context_id"))),
@@ -132,7 +159,34 @@ impl Session {
         }
         seed.interrupted.retain(|id| !finished.contains(id));
         let _ = std::fs::remove_file(dir.join("control.token"));
-        Self::start(opts, Some(session_id), Some(seed)).await
+        Self::start(opts, Some(session_id), Some(seed)).await.map(|s| (s, reports))
+    }
+
+    /// Answer once every trace line sent before is written and synced (the journal's mailbox
+    /// is FIFO); `None` when the journal is not running.
+    pub async fn flush_journal(&self) -> Option<u64> {
+        let j = lookup::<JournalMsg>(&names::name(&self.session_id, role::JOURNAL))?;
+        match j.call(JournalMsg::Flush, Some(Duration::from_secs(30))).await {
+            Ok(ractor::rpc::CallResult::Success(failed)) => Some(failed),
+            _ => None,
+        }
+    }
+
+    /// Whether a refusal may be traced now: `Some(n)` with the refusals counted but not traced
+    /// since the last traced one, or `None` when this second's budget is spent (it is counted).
+    pub fn refusal_budget(&self) -> Option<u64> {
+        let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = crate::now_ms();
+        if now.saturating_sub(w.start_ms) >= 1000 {
+            w.start_ms = now;
+            w.traced = 0;
+        }
+        if w.traced >= REFUSALS_TRACED_PER_SECOND {
+            w.suppressed += 1;
+            return None;
+        }
+        w.traced += 1;
+        Some(std::mem::take(&mut w.suppressed))
     }
 
     /// Record the door's address in `door.url` (`0600`, in the session folder, which no tool's
@@ -194,6 +248,7 @@ impl Session {
             .find(|a| a.decl.name == driver)
             .map(|a| a.grants.limits.deadline_seconds)
             .unwrap_or(600);
+        let first_frame_id = resume.as_ref().map_or(1, |r| r.next_frame_id.max(1));
         let loop_config = LoopConfig {
             session_id: session_id.clone(),
             capsule_name: m.name.clone(),
@@ -222,7 +277,7 @@ impl Session {
                 conversation_path: dir.join("conversation.jsonl"),
             }),
             ChildSpec::Emitter(crate::emitter::EmitterArgs {
-                next_id: Arc::new(AtomicU64::new(1)),
+                next_id: Arc::new(AtomicU64::new(first_frame_id)),
                 frames_path: Some(dir.join("frames.jsonl")),
             }),
             ChildSpec::Coalescer,
@@ -231,11 +286,10 @@ impl Session {
                 choices: choices.iter().map(|c| c.driver.clone()).collect(),
                 secrets: m.control.secrets.clone(),
             })),
-            ChildSpec::Spend(Box::new(crate::spend::SpendArgs::new(
-                session_id.clone(),
-                m.inference.max_session_tokens,
-                opts.machine.clone(),
-            ))),
+            ChildSpec::Spend(Box::new(crate::spend::SpendArgs {
+                journal: Some(dir.join("spend.jsonl")),
+                ..crate::spend::SpendArgs::new(session_id.clone(), m.inference.max_session_tokens, opts.machine.clone())
+            })),
         ];
         let mut tools = HashMap::new();
         for a in &prepared.artifacts {
@@ -272,6 +326,7 @@ impl Session {
             manifest: Arc::new(prepared.manifest.clone()),
             control,
             supervisor,
+            refusals: Default::default(),
         };
         let artifacts: Vec<_> = prepared
             .artifacts

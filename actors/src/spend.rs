@@ -17,9 +17,14 @@
 //! spend and latch; reservations open at a restart are charged in full (their outcome is
 //! unknown), here and at the machine meter.
 //!
-//! Not done here: estimating tokens ([`crate::tokens`]), writing the trace event (the loop
-//! writes `spend_ceiling_reached` with [`Refusal::trace_fields`]), or persisting the session's
-//! spend across processes.
+//! Across processes: every reservation is written to the session's spend journal
+//! (`<session>/spend.jsonl`) before its call is sent, and every settlement after it ends. A
+//! `--resume` in a new process rebuilds the book from it: settled calls are counted, calls in
+//! flight at the stop are charged in full (their outcome is unknown), and reservation ids
+//! continue after the last one, so the ledger never sees an id twice.
+//!
+//! Not done here: estimating tokens ([`crate::tokens`]), or writing the trace event (the loop
+//! writes `spend_ceiling_reached` with [`Refusal::trace_fields`]).
 
 #[cfg(test)]
 #[path = "spend_tests.rs"]
@@ -212,6 +217,8 @@ struct Book {
     totals: SpendTotals,
     open: HashMap<ReservationId, Reservation>,
     next_id: ReservationId,
+    /// Whether the session's spend journal was read (once per process).
+    loaded: bool,
 }
 
 /// The session's spend, shared by every incarnation of its meter (clone it into the args).
@@ -235,6 +242,10 @@ pub struct SpendArgs {
     pub machine: Option<ActorRef<MachineMsg>>,
     /// The session's spend (survives a restart of the meter).
     pub book: SessionBook,
+    /// The session's spend journal (`<session>/spend.jsonl`): every reservation is written
+    /// before its call is sent and every settlement after it ends, so a `--resume` in another
+    /// process rebuilds the book and never reuses a reservation id.
+    pub journal: Option<std::path::PathBuf>,
 }
 
 impl SpendArgs {
@@ -244,7 +255,13 @@ impl SpendArgs {
         session_ceiling: Option<u64>,
         machine: Option<ActorRef<MachineMsg>>,
     ) -> Self {
-        SpendArgs { session_id: session_id.into(), session_ceiling, machine, book: SessionBook::default() }
+        SpendArgs {
+            session_id: session_id.into(),
+            session_ceiling,
+            machine,
+            book: SessionBook::default(),
+            journal: None,
+        }
     }
 }
 
@@ -254,6 +271,69 @@ pub struct SpendState {
     ceiling: Option<u64>,
     machine: Option<ActorRef<MachineMsg>>,
     book: SessionBook,
+    journal: Option<crate::journal_check::SealedFile>,
+}
+
+/// One line of the session's spend journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+enum SpendLine {
+    /// A reservation, written before its call is sent.
+    Reserve {
+        /// Reservation id.
+        r: ReservationId,
+        /// Estimated input.
+        est: u64,
+        /// Output cap.
+        max: u64,
+    },
+    /// A settlement: `c` tokens charged.
+    Settle {
+        /// Reservation id.
+        r: ReservationId,
+        /// Tokens charged.
+        c: u64,
+    },
+}
+
+impl SpendState {
+    fn write(&mut self, line: SpendLine) {
+        let Some(f) = &mut self.journal else { return };
+        if let Err(e) = f.append(serde_json::to_vec(&line).unwrap_or_default()) {
+            tracing::error!(session = %self.session, error = %e, "spend: cannot write the session's spend journal");
+        }
+    }
+}
+
+/// Rebuild a book from the session's spend journal: settled tokens counted, the reservation
+/// counter continued, and reservations never settled (their process stopped with the call's
+/// outcome unknown) charged in full. Returns those charged, to be written as settlements.
+fn rebuild(book: &mut Book, records: &[Vec<u8>]) -> Vec<(ReservationId, u64)> {
+    let mut open: HashMap<ReservationId, (u64, u64)> = HashMap::new();
+    for line in records {
+        match serde_json::from_slice::<SpendLine>(line) {
+            Ok(SpendLine::Reserve { r, est, max }) => {
+                book.next_id = book.next_id.max(r);
+                open.insert(r, (est, max));
+            }
+            Ok(SpendLine::Settle { r, c }) => {
+                book.next_id = book.next_id.max(r);
+                if let Some((est, _)) = open.remove(&r) {
+                    book.totals.settled += c;
+                    book.totals.calls += 1;
+                    book.totals.estimated_input += est;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "spend: unreadable record of the session's spend journal ignored"),
+        }
+    }
+    let mut charged: Vec<(ReservationId, u64)> = open.into_iter().map(|(r, (est, max))| (r, est + max)).collect();
+    charged.sort_unstable();
+    for (_, tokens) in &charged {
+        book.totals.settled += tokens;
+        book.totals.calls += 1;
+    }
+    charged
 }
 
 /// The actor.
@@ -267,7 +347,7 @@ fn record_actual(t: &mut SpendTotals, actual: Option<Usage>) {
 }
 
 impl SpendState {
-    async fn admit(&self, estimated_input: u64, max_output: u64) -> Result<Reservation, Refusal> {
+    async fn admit(&mut self, estimated_input: u64, max_output: u64) -> Result<Reservation, Refusal> {
         let requested = estimated_input.saturating_add(max_output);
         let id = {
             let mut book = self.book.lock();
@@ -310,6 +390,7 @@ impl SpendState {
             }
         }
         let reservation = Reservation { id, estimated_input, max_output };
+        self.write(SpendLine::Reserve { r: id, est: estimated_input, max: max_output });
         let mut book = self.book.lock();
         book.open.insert(id, reservation);
         book.totals.reserved += requested;
@@ -319,7 +400,7 @@ impl SpendState {
     }
 
     /// Charge a reservation `input + output`, each capped at what was reserved.
-    fn settle(&self, id: ReservationId, input: u64, output: u64, actual: Option<Usage>) {
+    fn settle(&mut self, id: ReservationId, input: u64, output: u64, actual: Option<Usage>) {
         let mut book = self.book.lock();
         let Some(r) = book.open.remove(&id) else {
             tracing::warn!(session = %self.session, reservation = id, "spend: settle of an unknown or already settled reservation ignored");
@@ -339,6 +420,7 @@ impl SpendState {
         t.estimated_input += r.estimated_input;
         record_actual(t, actual);
         drop(book);
+        self.write(SpendLine::Settle { r: id, c: charged_in + charged_out });
         if let Some(m) = &self.machine {
             let _ = m.cast(MachineMsg::Settle {
                 session: self.session.clone(),
@@ -358,8 +440,27 @@ impl Actor for SpendMeter {
 
     async fn pre_start(&self, _myself: ActorRef<SpendMsg>, args: SpendArgs) -> Result<SpendState, ActorProcessingErr> {
         let session: Arc<str> = Arc::from(args.session_id.as_str());
+        let mut journal = match &args.journal {
+            Some(p) => Some(crate::journal_check::SealedFile::open(p)?),
+            None => None,
+        };
         let mut book = args.book.lock();
         book.totals.ceiling = args.session_ceiling;
+        if !book.loaded {
+            book.loaded = true;
+            if let Some(p) = &args.journal {
+                let records = crate::emitter::journal_records(p);
+                let charged = rebuild(&mut book, &records);
+                if !charged.is_empty() {
+                    tracing::warn!(session = %session, calls = charged.len(), "spend: resumed with calls that were in flight when the process stopped; charged in full");
+                }
+                if let Some(f) = &mut journal {
+                    for (r, c) in charged {
+                        f.append(serde_json::to_vec(&SpendLine::Settle { r, c }).unwrap_or_default())?;
+                    }
+                }
+            }
+        }
         let open: Vec<Reservation> = book.open.drain().map(|(_, r)| r).collect();
         for r in &open {
             let t = &mut book.totals;
@@ -370,13 +471,18 @@ impl Actor for SpendMeter {
             t.estimated_input += r.estimated_input;
         }
         drop(book);
+        if let Some(f) = &mut journal {
+            for r in &open {
+                f.append(serde_json::to_vec(&SpendLine::Settle { r: r.id, c: r.tokens() }).unwrap_or_default())?;
+            }
+        }
         if !open.is_empty() {
             tracing::warn!(session = %session, calls = open.len(), "spend: meter restarted with calls in flight; charged in full");
             if let Some(m) = &args.machine {
                 let _ = m.cast(MachineMsg::Abandon { session: session.clone() });
             }
         }
-        Ok(SpendState { session, ceiling: args.session_ceiling, machine: args.machine, book: args.book })
+        Ok(SpendState { session, ceiling: args.session_ceiling, machine: args.machine, book: args.book, journal })
     }
 
     async fn handle(

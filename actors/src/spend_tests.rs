@@ -42,8 +42,13 @@ async fn ledger_total(m: &ActorRef<MachineMsg>, dir: &std::path::Path) -> u64 {
     assert_eq!(health.failed, 0);
     let mut sum = 0;
     for entry in std::fs::read_dir(dir).expect("ledger dir") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read ledger");
-        for line in text.lines() {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("read ledger");
+        // Settlements only: reservation and release lines carry a `kind`.
+        for line in text.lines().filter(|l| !l.contains("\"kind\"")) {
             sum += serde_json::from_str::<crate::machine_meter::LedgerLine>(line).expect("a ledger line").tokens;
         }
     }
@@ -238,4 +243,48 @@ async fn fifty_sessions_sharing_the_machine_ceiling_never_overshoot_it() {
         granted > 100 && refused > 100 && host_end.refusals > 0,
         "the ceiling was contested: {granted} granted, {refused} refused"
     );
+}
+
+#[test]
+fn a_book_rebuilt_from_the_journal_counts_settled_calls_charges_open_ones_in_full_and_continues_ids() {
+    let text: Vec<u8> = [
+        r#"{"k":"reserve","r":1,"est":100,"max":50}"#,
+        r#"{"k":"settle","r":1,"c":120}"#,
+        r#"{"k":"reserve","r":2,"est":200,"max":100}"#,
+        r#"{"k":"settle","r":2,"c":250}"#,
+        r#"{"k":"reserve","r":3,"est":300,"max":100}"#,
+    ]
+    .iter()
+    .enumerate()
+    .flat_map(|(i, l)| capsule_protocol::journal_line::seal_line(l.as_bytes().to_vec(), i as u64 + 1))
+    .chain(b"{\"k\":\"sett".iter().copied())
+    .collect();
+    let mut book = super::Book::default();
+    let charged = super::rebuild(&mut book, &capsule_protocol::journal_line::scan(&text).records);
+    assert_eq!(charged, vec![(3, 400)], "the call in flight at the stop is charged in full");
+    assert_eq!(book.totals.settled, 120 + 250 + 400);
+    assert_eq!(book.next_id, 3, "the next reservation is 4: ids never repeat");
+}
+
+#[tokio::test]
+async fn a_resumed_session_keeps_its_spend_and_never_reuses_a_reservation_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = dir.path().join("spend.jsonl");
+    let args = |book: SessionBook| SpendArgs {
+        journal: Some(journal.clone()),
+        book,
+        ..SpendArgs::new("ses_r", Some(1000), None)
+    };
+    let (m, _) = Actor::spawn(None, SpendMeter, args(SessionBook::default())).await.expect("spawn");
+    let r1 = admit(&m, 300, 100).await.expect("fits");
+    m.cast(SpendMsg::Settle { reservation: r1.id, input: 300, output: 50, actual: None }).expect("settle");
+    let r2 = admit(&m, 200, 100).await.expect("fits");
+    m.stop_and_wait(None, None).await.expect("stop");
+    // A new process: a fresh book read from the journal. r2 was in flight: charged 300 in full.
+    let (m, _) = Actor::spawn(None, SpendMeter, args(SessionBook::default())).await.expect("spawn");
+    let t = m.call(SpendMsg::Totals, None).await.expect("totals").expect("answered");
+    assert_eq!(t.settled, 350 + 300);
+    let r3 = admit(&m, 100, 100).await.expect("650 + 200 fits 1000");
+    assert!(r3.id > r2.id, "ids continue: {} after {}", r3.id, r2.id);
+    assert!(admit(&m, 100, 100).await.is_err(), "650 + 200 + 200 passes 1000");
 }

@@ -58,6 +58,10 @@ pub enum Code {
     ActorCrashed,
     /// The session's files could not be written.
     SessionIo,
+    /// A journal file has a damaged line before its end; `--resume --repair` keeps the prefix.
+    JournalDamaged,
+    /// The door cannot listen on its address (port taken, address not local, not allowed).
+    DoorBind,
     /// A session file or folder is not one the host made: a symlink, a hard link, another
     /// user's file, or not a regular file.
     SessionFileRefused,
@@ -103,7 +107,9 @@ impl Code {
             Code::DriverProtocol => "E-RUN-041",
             Code::ActorCrashed => "E-RUN-050",
             Code::SessionIo => "E-RUN-060",
-            Code::SessionFileRefused => "E-RUN-061",
+            Code::DoorBind => "E-RUN-061",
+            Code::SessionFileRefused => "E-RUN-062",
+            Code::JournalDamaged => "E-RUN-063",
             Code::MaxTurns => "E-RUN-070",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",

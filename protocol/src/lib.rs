@@ -10,6 +10,7 @@ pub mod diagnostics;
 pub mod frame;
 pub mod host_config;
 pub mod host_file;
+pub mod journal_line;
 pub mod manifest;
 pub mod models;
 pub mod neutral;

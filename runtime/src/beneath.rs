@@ -69,6 +69,8 @@ pub enum FileMode {
     Read,
     /// Append, creating it `0600` when missing.
     Append,
+    /// Read and append, creating it `0600` when missing.
+    ReadAppend,
     /// Replace the contents, creating it `0600` when missing.
     Truncate,
 }
@@ -178,6 +180,7 @@ impl Beneath {
         let flags = match mode {
             FileMode::Read => base | OFlags::RDONLY,
             FileMode::Append => base | OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE,
+            FileMode::ReadAppend => base | OFlags::RDWR | OFlags::APPEND | OFlags::CREATE,
             FileMode::Truncate => base | OFlags::WRONLY | OFlags::CREATE,
         };
         let path = self.path.join(name);

@@ -643,3 +643,30 @@ fn capsule_control_drives_a_running_capsule_from_another_process() {
     let status = run.wait().expect("exits on SIGTERM");
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unauthorized_requests_with_huge_paths_cannot_fill_the_trace() {
+    let stub = stub(vec![]);
+    let cap = switchy(&stub.url(), "");
+    let (session, c) = client(&cap, &[("PRIMARY_KEY", "k")]).await;
+    let trace_path = session.dir.join("trace.jsonl");
+    assert_eq!(session.flush_journal().await, Some(0));
+    let before = std::fs::metadata(&trace_path).expect("trace").len();
+    let long = format!("/control/{}", "a".repeat(20_000));
+    for _ in 0..2_000 {
+        let (status, _, headers) = c.send("GET", &long, Some("wrong-token"), None, vec![], "127.0.0.1:5000").await;
+        assert_eq!(status, 401);
+        assert_eq!(headers["www-authenticate"], "Bearer");
+    }
+    // The journal's mailbox is FIFO: the flush answers after every refusal line was written.
+    assert_eq!(session.flush_journal().await, Some(0));
+    let grown = std::fs::metadata(&trace_path).expect("trace").len() - before;
+    let refused: Vec<Value> = trace(&session).into_iter().filter(|e| e["event_type"] == "control_refused").collect();
+    assert!(grown < 64 * 1024, "2,000 refusals of 20 KB paths grew the trace by {grown} bytes");
+    assert!(!refused.is_empty() && refused.len() < 2_000, "{} refusals traced", refused.len());
+    for e in &refused {
+        assert!(e["path"].as_str().expect("path").len() <= 140, "the path is cut: {e}");
+        assert_eq!(e["path_bytes"], long.len());
+    }
+    session.shutdown().await;
+}

@@ -120,7 +120,7 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
     assert_eq!(send(alpha_url, "hi").await["result"]["status"]["response"], "from alpha");
     assert_eq!(send(beta_url, "hi").await["result"]["status"]["response"], "from beta");
 
-    let r = c.post(format!("{api}/capsules/alpha/restart")).send().await.expect("restart");
+    let r = c.post(format!("{api}/capsules/alpha/restart")).json(&json!({})).send().await.expect("restart");
     assert_eq!(r.status().as_u16(), 200);
     let restarted: Value = r.json().await.expect("json");
     assert_eq!(restarted["state"], "running");
@@ -130,12 +130,37 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
         "from alpha"
     );
 
-    let r = c.post(format!("{api}/capsules/nope/start")).send().await.expect("unknown");
+    let r = c.post(format!("{api}/capsules/nope/start")).json(&json!({})).send().await.expect("unknown");
     assert_eq!(r.status().as_u16(), 404);
     let err: Value = r.json().await.expect("json");
     assert!(err["error"].as_str().expect("error").starts_with("unknown_capsule: "), "{err}");
-    let r = c.post(format!("{api}/capsules/beta/explode")).send().await.expect("unknown action");
+    let r = c.post(format!("{api}/capsules/beta/explode")).json(&json!({})).send().await.expect("unknown action");
     assert_eq!(r.status().as_u16(), 404);
+
+    // What a web page could send is refused, and the capsule is untouched: a form POST from a
+    // foreign origin, a plain-text POST, and a rebinding host name.
+    let before: Value = reqwest::get(format!("{api}/capsules/beta")).await.expect("get").json().await.expect("json");
+    let form = c
+        .post(format!("{api}/capsules/beta/stop"))
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("x=1")
+        .send()
+        .await
+        .expect("form");
+    assert_eq!(form.status().as_u16(), 403);
+    let plain = c.post(format!("{api}/capsules/beta/stop")).body("{}").send().await.expect("plain");
+    assert_eq!(plain.status().as_u16(), 415);
+    let rebound = c
+        .post(format!("{api}/capsules/beta/stop"))
+        .header("host", "evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("rebound");
+    assert_eq!(rebound.status().as_u16(), 403);
+    let after: Value = reqwest::get(format!("{api}/capsules/beta")).await.expect("get").json().await.expect("json");
+    assert_eq!((&after["state"], &after["session_id"]), (&before["state"], &before["session_id"]), "beta untouched");
 
     // A task still running at SIGTERM gets its final status (`canceled`), then the host exits 0.
     // Streamed, so the final status is a frame the client reads, not an answer to look up after
@@ -336,6 +361,7 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
     assert_eq!(one["state"], "running");
     let stopped: Value = reqwest::Client::new()
         .post(format!("{}/capsules/good/stop", api.url()))
+        .json(&json!({}))
         .send()
         .await
         .expect("stop")

@@ -169,7 +169,7 @@ pub async fn resume_refuses(plant: Plant) -> Verdict {
             Verdict::escaped(format!("resume accepted a planted {file}"))
         }
         Err(e) if e.code() == Code::SessionFileRefused => Verdict::held(e.to_string()),
-        Err(e) => Verdict::escaped(format!("refused, but not with E-RUN-061: {e}")),
+        Err(e) => Verdict::escaped(format!("refused, but not with E-RUN-062: {e}")),
     }
 }
 
@@ -228,7 +228,7 @@ pub async fn host_side_symlink_scope() -> Verdict {
             Verdict::escaped("a scope that is a symlink to / was accepted")
         }
         Err(e) if e.code() == Code::SessionFileRefused => Verdict::held(e.to_string()),
-        Err(e) => Verdict::escaped(format!("refused, but not with E-RUN-061: {e}")),
+        Err(e) => Verdict::escaped(format!("refused, but not with E-RUN-062: {e}")),
     }
 }
 

@@ -81,10 +81,12 @@ impl LoopState {
             return;
         }
         self.tasks.insert(record.id.clone(), record.clone());
+        // Journal first: the client hears "accepted" only once `task_start` and the user
+        // message are written, so a kill right after acceptance is resumed, never lost.
+        self.start_task(myself, record.clone(), text, reply).await;
         if let Some(a) = accepted {
-            let _ = a.send(record.clone());
+            let _ = a.send(record);
         }
-        self.start_task(myself, record, text, reply).await;
     }
 
     /// Start the next queued task, if any (after one ended).

@@ -29,19 +29,17 @@ pub struct ResumeSeed {
     pub task: Option<(String, String)>,
     /// Tool calls that were started and never finished.
     pub interrupted: HashSet<String>,
+    /// The first frame id the resumed session may use: above every id that ever reached
+    /// `frames.jsonl`, including lines dropped as torn or damaged, so no id is used twice.
+    pub next_frame_id: u64,
 }
 
 /// Code of the result given to a tool call interrupted by a stop of the process.
 pub const INTERRUPTED: &str = "E-RUN-090";
 
-/// The messages of a conversation record, ignoring a torn last line.
+/// The messages of a conversation record (its verified lines).
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
-    let Ok(mut f) = capsule_runtime::Beneath::file_at(path, capsule_runtime::FileMode::Read) else { return Vec::new() };
-    let mut text = String::new();
-    if std::io::Read::read_to_string(&mut f, &mut text).is_err() {
-        return Vec::new();
-    }
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    crate::emitter::journal_records(path).iter().filter_map(|l| serde_json::from_slice(l).ok()).collect()
 }
 
 impl LoopState {

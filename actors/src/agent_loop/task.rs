@@ -105,12 +105,11 @@ impl LoopState {
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Reset);
         }
-        self.trace(
-            TraceKind::TaskStart,
-            json!({"task_id": running.task_id, "context_id": running.context_id, "text": text}),
-        );
+        let started = json!({"task_id": running.task_id, "context_id": running.context_id, "text": text});
         self.running = Some(running);
-        self.record(Message::user_text(text)).await;
+        // One awaited append: the user message and `task_start` are written before the task
+        // acts (and before its submitter hears it was accepted).
+        self.record_with(Message::user_text(text), vec![(TraceKind::TaskStart, started)]).await;
         self.next_turn(myself);
     }
 

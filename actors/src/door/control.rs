@@ -26,9 +26,21 @@ fn answer(r: &ControlRefusal) -> Response {
     (status, Json(json!({"error": format!("{}: {}", r.reason, r.error)}))).into_response()
 }
 
-/// A refusal this layer decides: traced here, then answered.
+/// Bytes of a refused request's path kept in the trace.
+pub const TRACED_PATH_BYTES: usize = 128;
+
+/// A refusal this layer decides: traced here (the path cut to [`TRACED_PATH_BYTES`], and at
+/// most [`crate::session::REFUSALS_TRACED_PER_SECOND`] a second; the rest counted into the next
+/// line), then answered.
 fn refuse(s: &Session, method: &Method, path: &str, r: ControlRefusal) -> Response {
-    s.trace_event(TraceKind::ControlRefused, json!({"method": method.as_str(), "path": path, "status": r.status, "reason": r.reason, "token_id": s.control.as_ref().map(|c| c.key.id())}));
+    if let Some(suppressed) = s.refusal_budget() {
+        let mut cut = path.len().min(TRACED_PATH_BYTES);
+        while !path.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let shown = if cut < path.len() { format!("{}…", &path[..cut]) } else { path.to_string() };
+        s.trace_event(TraceKind::ControlRefused, json!({"method": method.as_str(), "path": shown, "path_bytes": path.len(), "status": r.status, "reason": r.reason, "token_id": s.control.as_ref().map(|c| c.key.id()), "suppressed_before": suppressed}));
+    }
     let mut resp = answer(&r);
     match r.reason {
         "unauthorized" => {

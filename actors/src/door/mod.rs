@@ -32,6 +32,9 @@ pub fn app(session: Arc<Session>) -> Router {
         .route("/", post(methods::rpc))
         .route("/control", any(control::handle))
         .route("/control/{*rest}", any(control::handle))
+        .layer(axum::middleware::from_fn(|req, next| {
+            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: false }, req, next)
+        }))
         .with_state(session)
 }
 
@@ -79,12 +82,7 @@ pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, Door
                 }
             }
         };
-        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "door stopped");
-        }
+        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "door").await;
     });
     Ok(Door { addr: bound, shutdown: tx })
 }

@@ -8,7 +8,9 @@
 //!
 //! A refusal is `{"error": "<reason>: <sentence>"}` with its status: 404 for an unknown capsule
 //! or action, 503 while shutting down or when the host does not answer. There is no
-//! authentication: the API listens on loopback only (the host file refuses another bind).
+//! authentication: the API listens on loopback only (the host file refuses another bind), and
+//! [`crate::local_origin`] refuses what a web page could send: a foreign `Host` or `Origin`,
+//! or a `POST` that is not `application/json` (send `{}`).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -58,6 +60,9 @@ pub fn app(host: HostHandle) -> Router {
         .route("/capsules", get(list))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
+        .layer(axum::middleware::from_fn(|req, next| {
+            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true }, req, next)
+        }))
         .with_state(host)
 }
 
@@ -94,9 +99,7 @@ pub async fn serve(host: HostHandle, addr: SocketAddr) -> Result<HostApi, DoorEr
                 }
             }
         };
-        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
-            tracing::error!(error = %e, "host API stopped");
-        }
+        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "host API").await;
     });
     Ok(HostApi { addr: bound, shutdown: tx })
 }

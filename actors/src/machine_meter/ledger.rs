@@ -1,23 +1,21 @@
-//! The machine meter's ledger: one append-only JSON-lines file per UTC day
-//! (`spend-YYYY-MM-DD.jsonl`), one line per settlement.
+//! The machine meter's ledger format and its syncing thread: one append-only JSON-lines file
+//! per UTC day (`spend-YYYY-MM-DD.jsonl`) holding settlements ([`LedgerLine`]) and, beside
+//! them, the reservations and releases of every process sharing the folder (read and written
+//! by [`super::shared`], under the folder's lock).
 //!
-//! Guarantees: a line counts only when it is complete (ends with `\n`). A torn last line (a
-//! crash mid-write) is ignored, reported ([`Recovery`]) and cut off before the next append, so
-//! it is counted neither now nor after any later restart. A line whose `(session, reservation)`
-//! was already read is a duplicate and is not counted again. Lines are written by one thread
-//! that batches them and calls `sync_data` before acknowledging any of them (group commit: one
-//! fsync, ~4 ms on this disk, covers every settlement that arrived meanwhile), so the meter's
-//! mailbox never waits on the disk.
+//! Guarantees: a line counts only when it is complete (ends with `\n`); a torn last line (a
+//! crash mid-write) is ignored, reported ([`Recovery`]) and cut off. A line whose
+//! `(session, reservation)` was already read is a duplicate and is not counted again.
+//! Settlements are made durable by one thread that batches them and calls `sync_data` before
+//! acknowledging any of them (group commit: one fsync, ~4 ms on this disk, covers every
+//! settlement that arrived meanwhile), so the meter's mailbox never waits on the disk.
 //!
 //! Not done here: deciding what to charge (the meter does), or rotating old files away.
 
 use ractor::RpcReplyPort;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::fs::File;
 use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -100,105 +98,37 @@ pub struct Recovery {
     pub duplicates: u64,
 }
 
-/// A day's file as read.
-pub(crate) struct Loaded {
-    pub recovery: Recovery,
-    pub seen: HashSet<(std::sync::Arc<str>, u64)>,
-}
-
-/// Read `dir/spend-<day>.jsonl` (absent: empty), cutting off a torn last line.
-pub(crate) fn load(dir: &Path, day: UtcDay) -> std::io::Result<Loaded> {
-    let path = dir.join(day.file_name());
-    let mut recovery = Recovery { day: day.to_string(), ..Default::default() };
-    let mut seen = HashSet::new();
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded { recovery, seen }),
-        Err(e) => return Err(e),
-    };
-    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if complete < bytes.len() {
-        recovery.torn_bytes = (bytes.len() - complete) as u64;
-        cut_to(&path, complete as u64)?;
-        tracing::warn!(path = %path.display(), torn_bytes = recovery.torn_bytes, "spend ledger: torn last line (a crash mid-write) ignored and cut off");
-    }
-    for line in bytes[..complete].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        match serde_json::from_slice::<LedgerLine>(line) {
-            Ok(l) => {
-                if seen.insert((std::sync::Arc::from(l.session.as_str()), l.reservation)) {
-                    recovery.lines += 1;
-                    recovery.tokens += l.tokens;
-                } else {
-                    recovery.duplicates += 1;
-                }
-            }
-            Err(e) => {
-                recovery.corrupt += 1;
-                tracing::warn!(path = %path.display(), error = %e, "spend ledger: unreadable line ignored");
-            }
-        }
-    }
-    if recovery.duplicates > 0 {
-        tracing::warn!(path = %path.display(), duplicates = recovery.duplicates, "spend ledger: repeated settlements counted once");
-    }
-    Ok(Loaded { recovery, seen })
-}
-
-fn cut_to(path: &Path, len: u64) -> std::io::Result<()> {
-    let f = OpenOptions::new().write(true).open(path)?;
-    f.set_len(len)?;
-    f.sync_data()
-}
-
-/// Open a day's file for appending; if it ends in a torn line, cut it off first.
-fn open_append(path: &Path) -> std::io::Result<File> {
-    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
-    let len = f.metadata()?.len();
-    if len > 0 {
-        let mut last = [0u8];
-        f.seek(SeekFrom::Start(len - 1))?;
-        f.read_exact(&mut last)?;
-        if last[0] != b'\n' {
-            let mut all = Vec::new();
-            f.seek(SeekFrom::Start(0))?;
-            f.read_to_end(&mut all)?;
-            let keep = all.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) as u64;
-            tracing::warn!(path = %path.display(), torn_bytes = len - keep, "spend ledger: torn last line cut off before appending");
-            cut_to(path, keep)?;
-        }
-    }
-    Ok(f)
-}
-
-/// How the writer is doing.
+/// How the syncing thread is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct LedgerHealth {
-    /// Lines written and synced.
+    /// Lines made durable.
     pub written: u64,
     /// Lines that failed to be written or synced (logged).
     pub failed: u64,
 }
 
-/// Work for the writer thread.
+/// Work for the syncing thread.
 pub(crate) enum Job {
-    /// Append a line to a day's file; `ack` gets whether it is durable.
-    Line { day: UtcDay, bytes: Vec<u8>, ack: Option<RpcReplyPort<bool>> },
+    /// A line was appended to `file` (`written` says whether the write succeeded): make it
+    /// durable, then answer `ack` with whether it is.
+    Sync { file: File, written: bool, ack: Option<RpcReplyPort<bool>> },
     /// Answer once every line sent before is durable.
     Flush(RpcReplyPort<LedgerHealth>),
 }
 
-/// The writer thread's handle. Dropping it finishes the pending lines and joins the thread.
+/// The syncing thread's handle (group commit: one `sync_data` covers every line that arrived
+/// meanwhile, so the meter's mailbox never waits on the disk). Dropping it finishes the pending
+/// jobs and joins the thread.
 pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
-    /// Create the folder and start the thread.
-    pub fn spawn(dir: PathBuf) -> std::io::Result<Writer> {
-        std::fs::create_dir_all(&dir)?;
+    /// Start the thread.
+    pub fn spawn() -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new().name("spend-ledger".into()).spawn(move || run(&dir, rx))?;
+        let thread = std::thread::Builder::new().name("spend-ledger".into()).spawn(move || run(rx))?;
         Ok(Writer { tx: Some(tx), thread: Some(thread) })
     }
 
@@ -207,7 +137,7 @@ impl Writer {
         if let Some(tx) = &self.tx
             && tx.send(job).is_err()
         {
-            tracing::error!("spend ledger: the writer thread is gone; a settlement was not written");
+            tracing::error!("spend ledger: the syncing thread is gone; a settlement may not be durable");
         }
     }
 }
@@ -221,8 +151,7 @@ impl Drop for Writer {
     }
 }
 
-fn run(dir: &Path, rx: mpsc::Receiver<Job>) {
-    let mut file: Option<(UtcDay, File)> = None;
+fn run(rx: mpsc::Receiver<Job>) {
     let mut health = LedgerHealth::default();
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -231,43 +160,29 @@ fn run(dir: &Path, rx: mpsc::Receiver<Job>) {
         {
             batch.push(j);
         }
-        let mut acks: Vec<(Option<RpcReplyPort<bool>>, bool)> = Vec::new();
+        let mut acks = Vec::new();
         let mut flushes = Vec::new();
-        let mut dirty = false;
-        let mut synced_ok = true;
+        let mut to_sync: Option<File> = None;
         for job in batch {
             match job {
-                Job::Line { day, bytes, ack } => {
-                    if file.as_ref().is_none_or(|(d, _)| *d != day) {
-                        if dirty && let Some((_, f)) = &file {
-                            synced_ok &= f.sync_data().is_ok();
-                        }
-                        dirty = false;
-                        file = open_append(&dir.join(day.file_name()))
-                            .map_err(
-                                |e| tracing::error!(error = %e, day = %day, "spend ledger: cannot open the day's file"),
-                            )
-                            .ok()
-                            .map(|f| (day, f));
+                Job::Sync { file, written, ack } => {
+                    // Lines of one batch are in one day's file but for a day change: sync each
+                    // file as it is replaced, and the last one below.
+                    if let Some(prev) = to_sync.replace(file)
+                        && let Err(e) = prev.sync_data()
+                    {
+                        tracing::error!(error = %e, "spend ledger: sync failed");
                     }
-                    let ok = match &mut file {
-                        Some((_, f)) => f
-                            .write_all(&bytes)
-                            .map_err(|e| tracing::error!(error = %e, "spend ledger: write failed"))
-                            .is_ok(),
-                        None => false,
-                    };
-                    dirty |= ok;
-                    acks.push((ack, ok));
+                    acks.push((ack, written));
                 }
                 Job::Flush(reply) => flushes.push(reply),
             }
         }
-        if dirty && let Some((_, f)) = &file {
-            synced_ok &= f.sync_data().map_err(|e| tracing::error!(error = %e, "spend ledger: sync failed")).is_ok();
-        }
-        for (ack, ok) in acks {
-            let durable = ok && synced_ok;
+        let synced = to_sync.is_none_or(|f| {
+            f.sync_data().map_err(|e| tracing::error!(error = %e, "spend ledger: sync failed")).is_ok()
+        });
+        for (ack, written) in acks {
+            let durable = written && synced;
             if durable {
                 health.written += 1;
             } else {

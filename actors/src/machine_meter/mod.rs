@@ -1,27 +1,26 @@
 //! The host-wide spend meter (CONTRACT §8, `spend.machine_tokens_per_day`): one per process,
-//! shared by every capsule's session meter ([`crate::spend::SpendMeter`]).
+//! shared by every capsule's session meter ([`crate::spend::SpendMeter`]), and consistent with
+//! every other process that uses the same ledger folder.
 //!
-//! What it guarantees: its mailbox is the one decision point for the host, so whatever the
-//! interleaving of sessions, `settled + reserved` never passes the ceiling; a reservation is
-//! granted only if `settled + reserved + tokens ≤ ceiling`, and a settlement never charges more
-//! than its reservation. Today's spend survives restarts: each settlement is one line of the
-//! day's ledger file ([`ledger`]), durable before it is acknowledged; at start the meter reads
-//! today's file, ignores (and reports, [`MachineTotals::recovered`]) a torn last line and counts
-//! each `(session, reservation)` once. The day is the UTC day of the injected [`Clock`]: at
-//! midnight the settled total starts again from the new day's file, while reservations still
-//! open carry over (they settle on the day they end).
+//! What it guarantees: every decision is made under the ledger folder's OS lock, after reading
+//! what every process on the machine reserved and settled ([`shared`]), so whatever the
+//! interleaving of sessions and processes, `settled + reserved` never passes the ceiling; a
+//! reservation is granted only if `settled + reserved + tokens ≤ ceiling`, and a settlement
+//! never charges more than its reservation. Reservations are lines of the day's file too, so
+//! other processes see them; a reservation whose process died is charged in full by the next
+//! process to take the lock. Each settlement is durable before it is acknowledged. The day is
+//! the UTC day of the injected [`Clock`]: at midnight the settled total starts again from the
+//! new day's file, while reservations still open carry over (they settle on the day they end).
 //!
 //! What it does not do: refuse by itself (it answers [`MachineMsg::Reserve`]; the session meter
-//! refuses the call), survive a crash with reservations in flight (they are lost with the
-//! process; their calls may have spent tokens that no line records), or share a ledger folder
-//! between two processes (one host process owns it).
+//! refuses the call).
 
 pub mod ledger;
+mod shared;
 #[cfg(test)]
 mod tests;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::spend::{Limit, Refusal, ReservationId};
 use ledger::{Job, Writer};
 pub use ledger::{LedgerHealth, LedgerLine, Recovery, UtcDay};
+use shared::{Key, SharedLedger};
 
 /// The meter's clock (injectable so tests can cross midnight).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -121,19 +121,11 @@ pub struct MachineTotals {
     pub recovered: Recovery,
 }
 
-type Key = (Arc<str>, ReservationId);
-
 /// State.
 pub struct MachineState {
-    dir: PathBuf,
     ceiling: Option<u64>,
     clock: Clock,
-    day: UtcDay,
-    settled: u64,
-    reserved: u64,
-    open: HashMap<Key, u64>,
-    seen: HashSet<Key>,
-    settlements: u64,
+    ledger: SharedLedger,
     refusals: u64,
     recovered: Recovery,
     writer: Writer,
@@ -147,73 +139,91 @@ impl MachineState {
     /// Follow the clock into a new UTC day: the settled total is that day's file.
     fn roll(&mut self) -> std::io::Result<()> {
         let today = UtcDay::of((self.clock)());
-        if today != self.day {
-            let loaded = ledger::load(&self.dir, today)?;
-            tracing::info!(from = %self.day, to = %today, settled = loaded.recovery.tokens, "spend: a new UTC day");
-            self.day = today;
-            self.settled = loaded.recovery.tokens;
-            self.settlements = loaded.recovery.lines;
-            self.seen = loaded.seen;
-            self.recovered = loaded.recovery;
+        if today != self.ledger.day {
+            let from = self.ledger.day;
+            self.ledger.roll(today)?;
+            tracing::info!(from = %from, to = %today, settled = self.ledger.settled, "spend: a new UTC day");
+            self.recovered = self.ledger.recovery.clone();
         }
         Ok(())
     }
 
     fn reserve(&mut self, key: Key, tokens: u64) -> Result<(), Refusal> {
-        let used = self.settled.saturating_add(self.reserved);
-        if let Some(ceiling) = self.ceiling
-            && used.saturating_add(tokens) > ceiling
-        {
-            self.refusals += 1;
-            return Err(Refusal { limit: Limit::Machine, ceiling, used, requested: tokens });
+        let (ceiling, ts) = (self.ceiling, self.now_ms());
+        let decided = self.ledger.locked(|l| {
+            let used = l.settled.saturating_add(l.reserved());
+            if let Some(ceiling) = ceiling
+                && used.saturating_add(tokens) > ceiling
+            {
+                return Ok(Err(Refusal { limit: Limit::Machine, ceiling, used, requested: tokens }));
+            }
+            l.reserve_line(key, tokens, ts)?;
+            Ok(Ok(()))
+        });
+        match decided {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refusal)) => {
+                self.refusals += 1;
+                Err(refusal)
+            }
+            Err(e) => {
+                // Fail closed: a reservation no other process can see must not be granted.
+                tracing::error!(error = %e, "spend: cannot use the ledger; call refused");
+                self.refusals += 1;
+                Err(Refusal {
+                    limit: Limit::MachineUnavailable,
+                    ceiling: ceiling.unwrap_or(0),
+                    used: 0,
+                    requested: tokens,
+                })
+            }
         }
-        if let Some(old) = self.open.insert(key, tokens) {
-            self.reserved -= old;
+    }
+
+    fn release(&mut self, key: Key) {
+        if let Err(e) = self.ledger.locked(|l| l.release_line(key)) {
+            tracing::error!(error = %e, "spend: cannot write a release to the ledger");
         }
-        self.reserved += tokens;
-        Ok(())
     }
 
     fn settle(&mut self, key: Key, input: u64, output: u64, abandoned: bool, ack: Option<RpcReplyPort<bool>>) {
-        let reserved = self.open.remove(&key);
-        if let Some(r) = reserved {
-            self.reserved -= r;
-        }
-        if !self.seen.insert(key.clone()) {
-            tracing::warn!(session = %key.0, reservation = key.1, "spend: a reservation settled twice; counted once");
-            if let Some(a) = ack {
-                let _ = a.send(true);
+        let ts = self.now_ms();
+        match self.ledger.locked(|l| l.settle_line(key, input, output, abandoned, ts)) {
+            Ok(false) => {
+                if let Some(a) = ack {
+                    let _ = a.send(true);
+                }
             }
-            return;
+            Ok(true) => match self.ledger.file_handle() {
+                Ok(file) => self.writer.send(Job::Sync { file, written: true, ack }),
+                Err(e) => {
+                    tracing::error!(error = %e, "spend: cannot sync the ledger");
+                    if let Some(a) = ack {
+                        let _ = a.send(false);
+                    }
+                }
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "spend: a settlement could not be written to the ledger");
+                if let Some(a) = ack {
+                    let _ = a.send(false);
+                }
+            }
         }
-        let (input, output) = match reserved {
-            Some(r) => (input.min(r), output.min(r - input.min(r))),
-            None => (input, output),
-        };
-        self.settled += input + output;
-        self.settlements += 1;
-        let line = LedgerLine {
-            reservation: key.1,
-            session: key.0.to_string(),
-            tokens: input + output,
-            input,
-            output,
-            ts: self.now_ms(),
-            abandoned,
-        };
-        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-        bytes.push(b'\n');
-        self.writer.send(Job::Line { day: self.day, bytes, ack });
     }
 
-    fn totals(&self) -> MachineTotals {
+    fn totals(&mut self) -> MachineTotals {
+        if let Err(e) = self.ledger.locked(|_| Ok(())) {
+            tracing::warn!(error = %e, "spend: cannot read the ledger; totals may be behind");
+        }
+        let mine = self.ledger.open.values().filter(|o| o.owner == self.ledger.me).count();
         MachineTotals {
-            day: self.day.to_string(),
+            day: self.ledger.day.to_string(),
             ceiling: self.ceiling,
-            settled: self.settled,
-            reserved: self.reserved,
-            open: self.open.len(),
-            settlements: self.settlements,
+            settled: self.ledger.settled,
+            reserved: self.ledger.reserved(),
+            open: mine,
+            settlements: self.ledger.settlements,
             refusals: self.refusals,
             recovered: self.recovered.clone(),
         }
@@ -234,22 +244,16 @@ impl Actor for MachineMeter {
         args: MachineArgs,
     ) -> Result<MachineState, ActorProcessingErr> {
         let day = UtcDay::of((args.clock)());
-        let loaded = ledger::load(&args.dir, day)?;
-        let r = &loaded.recovery;
+        let ledger = SharedLedger::open(&args.dir, day)?;
+        let r = &ledger.recovery;
         tracing::info!(dir = %args.dir.display(), day = %day, settled = r.tokens, lines = r.lines, torn_bytes = r.torn_bytes, corrupt = r.corrupt, duplicates = r.duplicates, "spend: machine meter started");
         Ok(MachineState {
-            writer: Writer::spawn(args.dir.clone())?,
-            dir: args.dir,
+            writer: Writer::spawn()?,
             ceiling: args.tokens_per_day,
             clock: args.clock,
-            day,
-            settled: loaded.recovery.tokens,
-            reserved: 0,
-            open: HashMap::new(),
-            seen: loaded.seen,
-            settlements: loaded.recovery.lines,
+            recovered: ledger.recovery.clone(),
+            ledger,
             refusals: 0,
-            recovered: loaded.recovery,
         })
     }
 
@@ -267,17 +271,19 @@ impl Actor for MachineMeter {
             MachineMsg::Reserve { session, id, tokens, reply } => {
                 let _ = reply.send(state.reserve((session, id), tokens));
             }
-            MachineMsg::Release { session, id } => {
-                if let Some(r) = state.open.remove(&(session, id)) {
-                    state.reserved -= r;
-                }
-            }
+            MachineMsg::Release { session, id } => state.release((session, id)),
             MachineMsg::Settle { session, id, input, output, ack } => {
                 state.settle((session, id), input, output, false, ack)
             }
             MachineMsg::Abandon { session } => {
-                let keys: Vec<(Key, u64)> =
-                    state.open.iter().filter(|(k, _)| k.0 == session).map(|(k, t)| (k.clone(), *t)).collect();
+                let me = state.ledger.me.clone();
+                let keys: Vec<(Key, u64)> = state
+                    .ledger
+                    .open
+                    .iter()
+                    .filter(|(k, o)| k.0 == session && o.owner == me)
+                    .map(|(k, o)| (k.clone(), o.tokens))
+                    .collect();
                 for (key, tokens) in keys {
                     tracing::warn!(session = %key.0, reservation = key.1, tokens, "spend: open reservation of a restarted session charged in full");
                     state.settle(key, tokens, 0, true, None);
