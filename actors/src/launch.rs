@@ -114,6 +114,7 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
         resources: a.resources.min(b.resources),
         output_bytes: a.output_bytes.min(b.output_bytes),
         disk_bytes: a.disk_bytes.min(b.disk_bytes),
+        response_bytes: a.response_bytes.min(b.response_bytes),
     };
     Ok(c)
 }

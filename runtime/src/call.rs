@@ -23,6 +23,7 @@ use crate::grants::GrantError;
 use crate::grants::{Grants, STDERR_CAPTURE_BYTES};
 use crate::limiter::CallLimiter;
 use crate::load::LoadedArtifact;
+use crate::policy::{Hooks, ResponseLimit};
 use crate::state::StoreState;
 
 /// Bytes one `wasi:http` fields resource (a request's or response's headers) may hold in
@@ -121,7 +122,10 @@ impl LoadedArtifact {
             wasi,
             http,
             table,
-            policy: grants.policy.clone(),
+            hooks: Hooks {
+                policy: grants.policy.clone(),
+                response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
+            },
             limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
             events,
             role: grants.role,
@@ -174,6 +178,17 @@ impl LoadedArtifact {
             }),
         };
         let call_time = t1.elapsed();
+        // A response cut at its cap is the host's limit, whatever the guest made of the error.
+        let result = if store.data().hooks.response.hit.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(CallError::HostLimit {
+                artifact: self.name.clone(),
+                what: "the bytes of one HTTP response",
+                limit: l.response_bytes,
+                key: "response_bytes",
+            })
+        } else {
+            result
+        };
         CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store) }
     }
 

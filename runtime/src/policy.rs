@@ -14,6 +14,8 @@ use capsule_protocol::manifest::AllowRule;
 use http::{HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// The authority of the gateway address: loopback, never bound. Requests to it are rewritten
@@ -229,7 +231,60 @@ type SendFuture = Box<
         > + Send,
 >;
 
-impl WasiHttpHooks for OutgoingPolicy {
+/// The cap on one HTTP response's body (`limits.response_bytes`), and whether a call hit it.
+#[derive(Clone, Debug)]
+pub(crate) struct ResponseLimit {
+    pub bytes: u64,
+    pub hit: Arc<AtomicBool>,
+}
+
+/// A response body that ends with `HttpResponseBodySize` once it has carried more than the
+/// limit (an endless or oversized provider stream), and records that it did.
+struct LimitedBody<B> {
+    inner: B,
+    left: u64,
+    limit: ResponseLimit,
+}
+
+impl<B> http_body::Body for LimitedBody<B>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+    B::Error: Into<HttpError>,
+{
+    type Data = bytes::Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, HttpError>>> {
+        use std::task::Poll;
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if n > self.left {
+                    self.limit.hit.store(true, Ordering::SeqCst);
+                    self.left = 0;
+                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(self.limit.bytes)))));
+                }
+                self.left -= n;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The hooks of one store: the policy, and the cap on each response it lets through.
+pub(crate) struct Hooks {
+    pub policy: OutgoingPolicy,
+    pub response: ResponseLimit,
+}
+
+impl WasiHttpHooks for Hooks {
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
@@ -237,11 +292,12 @@ impl WasiHttpHooks for OutgoingPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let decided = self.decide(request);
+        let decided = self.policy.decide(request);
+        let limit = self.response.clone();
         Box::new(async move {
             let request = decided?;
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            let res = res.map(|b| b.map_err(Into::into).boxed_unsync());
+            let res = res.map(|b| LimitedBody { inner: b, left: limit.bytes, limit }.boxed_unsync());
             Ok((res, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
     }

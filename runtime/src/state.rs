@@ -12,14 +12,14 @@ use crate::budget::CallDisk;
 use crate::events::GuestEvents;
 use crate::grants::ArtifactRole;
 use crate::limiter::CallLimiter;
-use crate::policy::OutgoingPolicy;
+use crate::policy::Hooks;
 
 /// One store's data.
 pub struct StoreState {
     pub(crate) wasi: WasiCtx,
     pub(crate) http: WasiHttpCtx,
     pub(crate) table: ResourceTable,
-    pub(crate) policy: OutgoingPolicy,
+    pub(crate) hooks: Hooks,
     pub(crate) limiter: CallLimiter,
     pub(crate) events: Arc<dyn GuestEvents>,
     pub(crate) role: ArtifactRole,
@@ -35,7 +35,7 @@ impl WasiView for StoreState {
 
 impl WasiHttpView for StoreState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.policy }
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.hooks }
     }
 }
 

@@ -111,3 +111,19 @@ async fn the_key_appears_in_no_log_line_even_at_trace_level() {
     assert!(all.len() > 1000, "trace-level logging produced output");
     assert!(!all.contains(KEY), "the key leaked into the output or a log line");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_response_past_its_cap_is_cut_and_the_task_fails_with_the_limit_named() {
+    // Half a megabyte of reply text against a 16 KiB cap on one response.
+    let script = capsule_stub::Script {
+        chunk_chars: 4096,
+        ..capsule_stub::Script::new(vec![Turn::text("x".repeat(512 * 1024))])
+    };
+    let stub = capsule_stub::Stub::start(script).expect("stub");
+    let cap = anthropic_capsule(&stub.url(), &[], "capabilities: {limits: {response_bytes: 16384}}\n");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "talk forever").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Failed);
+    assert!(outcome.message.contains("E-RUN-033") && outcome.message.contains("response_bytes"), "{}", outcome.message);
+    session.shutdown().await;
+}

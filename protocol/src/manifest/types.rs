@@ -17,6 +17,8 @@ pub const DEFAULT_RESOURCES: u32 = 1024;
 pub const DEFAULT_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;
 /// The default cap on bytes a session's tools may write to files, all calls together.
 pub const DEFAULT_DISK_BYTES: u64 = 1024 * 1024 * 1024;
+/// The default cap on one HTTP response's body a guest reads (a provider stream included).
+pub const DEFAULT_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 /// The default number of inference calls per task.
 pub const DEFAULT_MAX_TURNS: u32 = 10;
 /// The default output cap per call when the model is not known.
@@ -185,6 +187,9 @@ pub struct Limits {
     /// call may write at most this much too.
     #[serde(default = "d_disk")]
     pub disk_bytes: u64,
+    /// Bytes of one HTTP response body a call may read (an endless provider stream is cut).
+    #[serde(default = "d_response")]
+    pub response_bytes: u64,
 }
 
 fn d_mem() -> u64 {
@@ -208,6 +213,9 @@ fn d_output() -> u64 {
 fn d_disk() -> u64 {
     DEFAULT_DISK_BYTES
 }
+fn d_response() -> u64 {
+    DEFAULT_RESPONSE_BYTES
+}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -219,6 +227,7 @@ impl Default for Limits {
             resources: DEFAULT_RESOURCES,
             output_bytes: DEFAULT_OUTPUT_BYTES,
             disk_bytes: DEFAULT_DISK_BYTES,
+            response_bytes: DEFAULT_RESPONSE_BYTES,
         }
     }
 }

@@ -437,6 +437,7 @@ fn capability_rules(c: &Capabilities, at: &str, err: &mut impl FnMut(Code, Strin
         || l.resources == 0
         || l.output_bytes == 0
         || l.disk_bytes == 0
+        || l.response_bytes == 0
     {
         err(
             Code::ManifestCapability,
