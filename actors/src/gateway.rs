@@ -45,6 +45,8 @@ pub struct InferReply {
     pub call_time: Duration,
     /// The driver's `continuation_id` metadata: `Some("")` or `None` drop a held id.
     pub continuation_id: Option<String>,
+    /// The provider's last HTTP status (and `retry-after`), for deciding on a retry.
+    pub upstream: Option<capsule_runtime::UpstreamStatus>,
 }
 
 /// What a gateway is started with (and restarted with).
@@ -115,6 +117,7 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
                 instantiate_time: Duration::ZERO,
                 call_time: started.elapsed(),
                 continuation_id: None,
+                upstream: None,
             };
         }
     };
@@ -136,6 +139,7 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
                 instantiate_time: Duration::ZERO,
                 call_time: started.elapsed(),
                 continuation_id: None,
+                upstream: None,
             };
         }
     };
@@ -170,5 +174,11 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
             }
         }
     };
-    InferReply { result, instantiate_time: outcome.instantiate_time, call_time: started.elapsed(), continuation_id }
+    InferReply {
+        result,
+        instantiate_time: outcome.instantiate_time,
+        call_time: started.elapsed(),
+        continuation_id,
+        upstream: outcome.upstream,
+    }
 }

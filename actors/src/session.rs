@@ -256,6 +256,7 @@ impl Session {
             model: m.inference.model.clone(),
             driver: driver.clone(),
             max_turns: m.inference.max_turns,
+            max_retries: m.inference.max_retries,
             max_tokens: m.inference.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             system: prepared.system.clone(),
             tools,

@@ -16,6 +16,8 @@ pub enum TraceKind {
     TaskStart,
     /// One inference call ended (driver, tokens, stop reason, duration).
     Inference,
+    /// A provider answered 429 or 5xx and the call is sent again after a delay.
+    InferenceRetry,
     /// A tool call is about to run (journaled before it starts).
     ToolCallStarted,
     /// One tool call ended (with its result).
@@ -47,6 +49,7 @@ impl TraceKind {
             TraceKind::SessionStart => "session_start",
             TraceKind::TaskStart => "task_start",
             TraceKind::Inference => "inference",
+            TraceKind::InferenceRetry => "inference_retry",
             TraceKind::ToolCallStarted => "tool_call_started",
             TraceKind::ToolCall => "tool_call",
             TraceKind::SessionResumed => "session_resumed",

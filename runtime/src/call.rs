@@ -81,6 +81,8 @@ pub struct CallOutcome {
     pub call_time: Duration,
     /// What the guest wrote to stderr.
     pub stderr: String,
+    /// The status of the last HTTP response the call received, if any.
+    pub upstream: Option<crate::policy::UpstreamStatus>,
 }
 
 fn ticks(d: Duration) -> u64 {
@@ -110,6 +112,7 @@ impl LoadedArtifact {
                     instantiate_time: Duration::ZERO,
                     call_time: Duration::ZERO,
                     stderr: String::new(),
+                    upstream: None,
                 };
             }
         };
@@ -125,6 +128,7 @@ impl LoadedArtifact {
             hooks: Hooks {
                 policy: grants.policy.clone(),
                 response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
+                last: Default::default(),
             },
             limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
             events,
@@ -146,6 +150,7 @@ impl LoadedArtifact {
                     instantiate_time: t0.elapsed(),
                     call_time: Duration::ZERO,
                     stderr: stderr_text(&store),
+                    upstream: None,
                 };
             }
         };
@@ -189,7 +194,8 @@ impl LoadedArtifact {
         } else {
             result
         };
-        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store) }
+        let upstream = *store.data().hooks.last.lock().unwrap_or_else(|p| p.into_inner());
+        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream }
     }
 
     fn classify(

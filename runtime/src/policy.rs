@@ -278,10 +278,22 @@ where
     }
 }
 
-/// The hooks of one store: the policy, and the cap on each response it lets through.
+/// The status of the last HTTP response a call received, and its `retry-after` (seconds),
+/// so the caller can tell a provider's 429 or 5xx from other failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    /// The HTTP status.
+    pub status: u16,
+    /// `retry-after`, when it was a number of seconds.
+    pub retry_after: Option<std::time::Duration>,
+}
+
+/// The hooks of one store: the policy, the cap on each response it lets through, and the
+/// status of the last response.
 pub(crate) struct Hooks {
     pub policy: OutgoingPolicy,
     pub response: ResponseLimit,
+    pub last: Arc<std::sync::Mutex<Option<UpstreamStatus>>>,
 }
 
 impl WasiHttpHooks for Hooks {
@@ -294,9 +306,18 @@ impl WasiHttpHooks for Hooks {
         drop(fut);
         let decided = self.policy.decide(request);
         let limit = self.response.clone();
+        let last = self.last.clone();
         Box::new(async move {
             let request = decided?;
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let retry_after = res
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(std::time::Duration::from_secs);
+            *last.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(UpstreamStatus { status: res.status().as_u16(), retry_after });
             let res = res.map(|b| LimitedBody { inner: b, left: limit.bytes, limit }.boxed_unsync());
             Ok((res, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })

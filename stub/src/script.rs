@@ -241,6 +241,9 @@ pub struct HttpError {
     pub status: u16,
     /// The body, sent verbatim with `content-type: application/json`.
     pub body: String,
+    /// A `retry-after` header, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
 }
 
 /// A provider error reported inside an otherwise successful stream.
@@ -366,7 +369,7 @@ impl Turn {
 
     /// A turn that answers with an HTTP error status and a JSON body.
     pub fn http_error(status: u16, body: impl Into<String>) -> Self {
-        Self { http_error: Some(HttpError { status, body: body.into() }), ..Self::default() }
+        Self { http_error: Some(HttpError { status, body: body.into(), retry_after: None }), ..Self::default() }
     }
 }
 

@@ -248,7 +248,10 @@ async fn model_answer(
 
     if let Some(error) = &spec.http_error {
         let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let response = json_response(status, error.body.clone());
+        let mut response = json_response(status, error.body.clone());
+        if let Some(secs) = error.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         shared.recorder.finish(entry);
         return response;
     }

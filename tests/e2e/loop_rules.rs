@@ -126,3 +126,68 @@ async fn a_held_continuation_sends_only_the_tail_and_a_dropped_one_resends_every
     );
     session.shutdown().await;
 }
+
+fn rate_limited(status: u16, retry_after: Option<u64>) -> Turn {
+    Turn {
+        http_error: Some(capsule_stub::HttpError {
+            status,
+            body: r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#.into(),
+            retry_after,
+        }),
+        ..Turn::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_or_5xx_is_sent_again_after_its_retry_after_or_a_backoff_each_time_admitted_and_traced() {
+    let stub = stub(vec![rate_limited(503, None), rate_limited(429, Some(0)), Turn::text("third time lucky")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "try hard").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    assert_eq!(outcome.message, "third time lucky");
+    assert_eq!(stub.requests().len(), 3, "two retries");
+    let t = trace(&session);
+    let retries: Vec<_> = t.iter().filter(|e| e["event_type"] == "inference_retry").collect();
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!((retries[0]["status"].as_u64(), retries[0]["delay_ms"].as_u64()), (Some(503), Some(500)));
+    assert_eq!(
+        (retries[1]["status"].as_u64(), retries[1]["delay_ms"].as_u64()),
+        (Some(429), Some(0)),
+        "retry-after wins"
+    );
+    let spend: Vec<String> = std::fs::read_to_string(session.dir.join("spend.jsonl"))
+        .expect("spend journal")
+        .lines()
+        .filter(|l| l.contains("\"k\":\"reserve\""))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(spend.len(), 3, "every attempt was admitted: {spend:?}");
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_stop_at_max_retries_and_a_long_retry_after_is_not_waited_for() {
+    let stub = stub(vec![rate_limited(429, None), rate_limited(429, Some(3600)), Turn::text("never reached")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let yaml = std::fs::read_to_string(cap.path().join("murmur.yaml")).expect("manifest");
+    std::fs::write(
+        cap.path().join("murmur.yaml"),
+        yaml.replace("model: claude-test", "model: claude-test\n  max_retries: 1"),
+    )
+    .expect("manifest");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "try").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Failed);
+    assert!(outcome.message.contains("429"), "the provider's error reaches the client: {}", outcome.message);
+    assert_eq!(stub.requests().len(), 2, "one retry, then the limit");
+    session.shutdown().await;
+    // A retry-after longer than the longest wait ends the call at once.
+    let stub = crate::common::stub(vec![rate_limited(429, Some(3600)), Turn::text("never reached")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "try").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Failed);
+    assert_eq!(stub.requests().len(), 1);
+    session.shutdown().await;
+}

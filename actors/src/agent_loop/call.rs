@@ -35,12 +35,84 @@ pub(crate) async fn admitted_call(
     estimate: u64,
     max_output: u64,
     timeout: Duration,
+    retry: Retry,
+) -> InferReply {
+    let mut attempt = 0;
+    loop {
+        let reply = admitted_once(
+            spend_name,
+            gateway_name,
+            artifact,
+            task_id.clone(),
+            request.clone(),
+            estimate,
+            max_output,
+            timeout,
+        )
+        .await;
+        let Some(delay) = retry.delay(attempt, &reply) else { return reply };
+        attempt += 1;
+        let status = reply.upstream.map(|u| u.status);
+        if let Some(j) = lookup::<crate::journal::JournalMsg>(&retry.journal) {
+            let _ = j.cast(crate::journal::JournalMsg::Trace(capsule_protocol::trace::TraceEvent::new(
+                capsule_protocol::trace::TraceKind::InferenceRetry,
+                &retry.session,
+                crate::now_ms(),
+                serde_json::json!({"task_id": task_id, "attempt": attempt, "of": retry.max, "status": status, "delay_ms": delay.as_millis() as u64, "error": reply.result.as_ref().err().map(ToString::to_string)}),
+            )));
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// When a call a provider answered 429 or 5xx is sent again: at most `max` times, after its
+/// `retry-after` or `RETRY_BASE` doubling, never waiting more than `RETRY_MAX_WAIT` (a longer
+/// `retry-after` ends the call with the provider's error).
+#[derive(Debug, Clone)]
+pub(crate) struct Retry {
+    pub max: u32,
+    pub journal: String,
+    pub session: String,
+}
+
+/// The first retry's backoff when the provider gives no `retry-after`.
+pub const RETRY_BASE: Duration = Duration::from_millis(500);
+/// The longest wait before a retry.
+pub const RETRY_MAX_WAIT: Duration = Duration::from_secs(60);
+
+impl Retry {
+    /// The wait before retrying `reply` after `attempt` retries, or `None` to return it.
+    pub(crate) fn delay(&self, attempt: u32, reply: &InferReply) -> Option<Duration> {
+        if attempt >= self.max || !matches!(reply.result, Err(InferenceError::Driver { .. })) {
+            return None;
+        }
+        let upstream = reply.upstream?;
+        if upstream.status != 429 && upstream.status < 500 {
+            return None;
+        }
+        let wait = upstream.retry_after.unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempt));
+        (wait <= RETRY_MAX_WAIT).then_some(wait)
+    }
+}
+
+/// One admission, one gateway call, one settlement.
+#[allow(clippy::too_many_arguments)]
+async fn admitted_once(
+    spend_name: &str,
+    gateway_name: &str,
+    artifact: &str,
+    task_id: String,
+    request: DriverRequest,
+    estimate: u64,
+    max_output: u64,
+    timeout: Duration,
 ) -> InferReply {
     let fail = |e: InferenceError| InferReply {
         result: Err(e),
         instantiate_time: Duration::ZERO,
         call_time: Duration::ZERO,
         continuation_id: None,
+        upstream: None,
     };
     let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
     let Some(meter) = lookup::<SpendMsg>(spend_name) else {

@@ -146,6 +146,8 @@ pub struct LoopConfig {
     pub driver: String,
     /// Turns per task.
     pub max_turns: u32,
+    /// `inference.max_retries`: resends of a call a provider answered 429 or 5xx.
+    pub max_retries: u32,
     /// Output cap per call.
     pub max_tokens: u32,
     /// System prompt.

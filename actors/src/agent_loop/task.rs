@@ -128,6 +128,7 @@ impl LoopState {
                     instantiate_time: Duration::ZERO,
                     call_time: Duration::ZERO,
                     continuation_id: None,
+                    upstream: None,
                 }),
             });
             r.turn = u32::MAX; // marks "out of turns" for on_inference
@@ -179,6 +180,11 @@ impl LoopState {
         let spend_name = names::name(self.sid(), role::SPEND);
         let artifact = choice.driver.clone();
         let timeout = c.call_timeout;
+        let retry = super::call::Retry {
+            max: c.max_retries,
+            journal: names::name(self.sid(), role::JOURNAL),
+            session: self.sid().to_string(),
+        };
         let max_output = u64::from(request.max_tokens);
         let estimate = self.counter.estimate(&request);
         if let Some(r) = self.running.as_mut() {
@@ -195,6 +201,7 @@ impl LoopState {
                 estimate,
                 max_output,
                 timeout,
+                retry,
             )
             .await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });

@@ -267,6 +267,17 @@ pub struct Inference {
     /// System prompt file, relative to the manifest's folder.
     #[serde(default)]
     pub system_prompt_file: Option<String>,
+    /// Times a call that a provider answered 429 or 5xx is sent again (each admitted and
+    /// traced), waiting its `retry-after` or a doubling backoff.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+}
+
+/// The default number of retries of a call a provider answered 429 or 5xx.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+
+fn default_max_retries() -> u32 {
+    DEFAULT_MAX_RETRIES
 }
 
 fn default_transport() -> String {

@@ -207,6 +207,14 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
             "set max_turns to 1 or more, or remove it for the default 10",
         );
     }
+    if inf.max_retries > 10 {
+        err(
+            Code::ManifestInvalid,
+            "inference.max_retries".into(),
+            format!("max_retries is {}; at most 10 resends of a refused call are allowed", inf.max_retries),
+            "set max_retries between 0 (never resend) and 10, or remove it for the default 2",
+        );
+    }
     if inf.max_tokens == Some(0) {
         err(
             Code::ManifestInvalid,
