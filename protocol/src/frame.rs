@@ -63,6 +63,25 @@ pub struct ArtifactBody {
     pub exit_code: Option<i64>,
     /// Whether the content was truncated.
     pub truncated: Option<bool>,
+    /// When the frame carries only the first [`ARTIFACT_FRAME_BYTES`] of a longer result: the
+    /// file (relative to the session folder) that holds all of it.
+    pub output_file: Option<String>,
+}
+
+/// Bytes of a tool result an `artifact` frame (and the trace) carries; a longer result is cut
+/// there (`truncated: true`) and kept whole in one file the frame names (`output_file`).
+pub const ARTIFACT_FRAME_BYTES: usize = 64 * 1024;
+
+/// The first `max` bytes of `s`, cut at a character boundary.
+pub fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
 }
 
 /// One frame, before it gets its id.
@@ -236,6 +255,7 @@ mod tests {
                 duration_ms: None,
                 exit_code: None,
                 truncated: None,
+                output_file: None,
             },
         };
         let d = f.data();
@@ -248,6 +268,7 @@ mod tests {
             "duration_ms",
             "exit_code",
             "truncated",
+            "output_file",
         ] {
             assert!(d["artifact"].as_object().expect("object").contains_key(k), "missing {k}");
         }

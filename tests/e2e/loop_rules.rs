@@ -191,3 +191,50 @@ async fn retries_stop_at_max_retries_and_a_long_retry_after_is_not_waited_for() 
     assert_eq!(stub.requests().len(), 1);
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tool_result_reaches_the_model_whole_but_frames_and_trace_carry_a_prefix_and_name_its_file() {
+    let stub = stub(vec![Turn::tool_call("files", json!({"op": "read", "path": "big.txt"})), Turn::text("read it")]);
+    let cap = anthropic_capsule(&stub.url(), &[("files", "{DIST}/tool-files.wasm")], "");
+    let big = "0123456789abcdef".repeat(3 * 1024 * 1024 / 16); // 3 MiB
+    std::fs::create_dir_all(cap.workdir.join("files")).expect("mkdir");
+    std::fs::write(cap.workdir.join("files/big.txt"), &big).expect("big file");
+    let session = cap.launch().await.expect("launch");
+    // Thirty watchers that never read: each holds what it is sent (the old cost was the whole
+    // result per watcher).
+    let mut watchers = Vec::new();
+    for _ in 0..30 {
+        watchers.push(session.subscribe(None).await.expect("subscribe"));
+    }
+    let (outcome, frames) = run_task(&session, "read the big file").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    let art = frames
+        .iter()
+        .find_map(|f| match &f.frame {
+            Frame::Artifact { artifact, .. } => Some(artifact.clone()),
+            _ => None,
+        })
+        .expect("artifact frame");
+    let shown = art.content.expect("content");
+    assert!(shown.len() <= capsule_protocol::frame::ARTIFACT_FRAME_BYTES && big.starts_with(&shown[..100]));
+    assert_eq!(art.truncated, Some(true));
+    let file = art.output_file.expect("the frame names the file");
+    assert_eq!(std::fs::read_to_string(session.dir.join(&file)).expect("output file"), big, "kept whole");
+    // The model got all of it.
+    let sent = &stub.requests()[1].body;
+    let tool_result = sent["messages"].as_array().expect("messages").last().expect("last").to_string();
+    assert!(tool_result.len() > big.len(), "the provider received the whole result");
+    let t = trace(&session);
+    let call = t.iter().find(|e| e["event_type"] == "tool_call").expect("tool_call");
+    assert!(call["content"].as_str().expect("content").len() <= capsule_protocol::frame::ARTIFACT_FRAME_BYTES);
+    assert_eq!(call["content_bytes"].as_u64(), Some(big.len() as u64));
+    // What each idle watcher holds is bounded by the frame cap, not by the result's size.
+    for mut w in watchers {
+        let mut held = 0;
+        while let Ok(f) = w.try_recv() {
+            held += f.to_json_line().to_string().len();
+        }
+        assert!(held < 2 * capsule_protocol::frame::ARTIFACT_FRAME_BYTES, "a watcher holds {held} bytes");
+    }
+    session.shutdown().await;
+}

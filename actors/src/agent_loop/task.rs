@@ -1,6 +1,6 @@
 //! The running task and the loop's steps: start, turn, inference answer, tool calls, finish.
 
-use capsule_protocol::frame::{ArtifactBody, Frame, StatusBody, TaskState};
+use capsule_protocol::frame::{ARTIFACT_FRAME_BYTES, ArtifactBody, Frame, StatusBody, TaskState, prefix};
 use capsule_protocol::neutral::{DriverRequest, Message, ProducedBy, Role, StopReason};
 use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
@@ -365,7 +365,12 @@ impl LoopState {
         if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
             let _ = c.cast(CoalescerMsg::Settle { id: id.clone() });
         }
-        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": reply.content});
+        // A long result: the model gets all of it (the conversation record), the trace and the
+        // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
+        let long = reply.content.len() > ARTIFACT_FRAME_BYTES;
+        let output_file = if long { self.keep_output(&id, &reply.content) } else { None };
+        let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
+        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
         self.record_with(
             Message::tool_result(id.clone(), reply.content.clone(), reply.is_error),
             vec![(TraceKind::ToolCall, finished)],
@@ -375,16 +380,36 @@ impl LoopState {
             id: task_id,
             artifact: ArtifactBody {
                 tool_name: Some(name),
-                content: Some(reply.content),
+                content: Some(shown),
                 fence_source: None,
                 tool_call_id: Some(id),
                 is_error: Some(reply.is_error),
                 duration_ms: Some(reply.duration_ms),
                 exit_code: None,
-                truncated: Some(reply.truncated),
+                truncated: Some(reply.truncated || long),
+                output_file,
             },
         });
         self.run_next_call(myself).await;
+    }
+
+    /// Keep a long tool result whole in `out/tool-<call>.txt` (`0600`, never through a link);
+    /// its path relative to the session folder, or `None` when it could not be written (the
+    /// conversation record still has it).
+    fn keep_output(&self, call_id: &str, content: &str) -> Option<String> {
+        use sha2::Digest;
+        // The call id comes from the provider: name the file by a hash of it.
+        let digest = sha2::Sha256::digest(call_id.as_bytes());
+        let name = format!("tool-{}.txt", hex::encode(&digest[..8]));
+        let written =
+            capsule_runtime::Beneath::open(&self.config.out_dir).and_then(|d| d.write(&name, content.as_bytes()));
+        match written {
+            Ok(()) => Some(format!("out/{name}")),
+            Err(e) => {
+                tracing::error!(error = %e, "E-RUN-060: cannot keep a long tool result");
+                None
+            }
+        }
     }
 
     pub(crate) async fn finish(&mut self, status: ExitStatus, text: String) {
