@@ -241,11 +241,8 @@ async fn wait_for(host: &HostHandle, name: &str, what: &str, f: impl Fn(&Capsule
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_keeps_answering() {
-    let stub_a = stub((0..10).map(|_| Turn::text("alpha is back")).collect());
-    let stub_b = stub((0..5000).map(|_| Turn::text("pong")).collect());
-    let (a, b) = (anthropic_capsule(&stub_a.url(), &[], ""), anthropic_capsule(&stub_b.url(), &[], ""));
+/// A host running `a` as alpha and `b` as beta, both running.
+async fn start_alpha_and_beta(a: &Capsule, b: &Capsule) -> HostHandle {
     let planned = |name: &str, cap: &Capsule| PlannedCapsule {
         name: name.into(),
         manifest: cap.path().to_path_buf(),
@@ -254,11 +251,20 @@ async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_ke
     };
     let shared =
         Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
-    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default())
+    let host = HostHandle::start(vec![planned("alpha", a), planned("beta", b)], shared, RestartPolicy::default())
         .await
         .expect("host starts");
     let settled = host.settled().await.expect("settled");
     assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
+    host
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_keeps_answering() {
+    let stub_a = stub((0..10).map(|_| Turn::text("alpha is back")).collect());
+    let stub_b = stub((0..5000).map(|_| Turn::text("pong")).collect());
+    let (a, b) = (anthropic_capsule(&stub_a.url(), &[], ""), anthropic_capsule(&stub_b.url(), &[], ""));
+    let host = start_alpha_and_beta(&a, &b).await;
     let beta = entry(&host, "beta").await;
 
     // Beta answers tasks through its door for the whole test; every one must complete.
@@ -394,19 +400,7 @@ async fn a_capsule_whose_tool_exhausts_its_budgets_never_starves_its_neighbour_o
         "capabilities: {limits: {disk_bytes: 1048576}}\n",
     );
     let b = anthropic_capsule(&stub_b.url(), &[], "");
-    let planned = |name: &str, cap: &Capsule| PlannedCapsule {
-        name: name.into(),
-        manifest: cap.path().to_path_buf(),
-        workdir: cap.workdir.clone(),
-        port: 0,
-    };
-    let shared =
-        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
-    let host = HostHandle::start(vec![planned("alpha", &a), planned("beta", &b)], shared, RestartPolicy::default())
-        .await
-        .expect("host starts");
-    let settled = host.settled().await.expect("settled");
-    assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
+    let host = start_alpha_and_beta(&a, &b).await;
     let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
     let (alpha, beta) = (entry(&host, "alpha").await, entry(&host, "beta").await);
     let before = open_descriptors();

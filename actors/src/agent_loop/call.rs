@@ -25,31 +25,11 @@ pub(crate) fn tool_calls(content: &[Block]) -> Vec<(String, String, serde_json::
 /// gateway, then settlement with the measured totals (a failed call is charged its input).
 /// Settling here, not in the loop, means a call whose answer arrives after its task was
 /// canceled is still charged.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn admitted_call(
-    spend_name: &str,
-    gateway_name: &str,
-    artifact: &str,
-    task_id: String,
-    request: DriverRequest,
-    estimate: u64,
-    max_output: u64,
-    timeout: Duration,
-    retry: Retry,
-) -> InferReply {
+pub(crate) async fn admitted_call(call: PlannedCall, retry: Retry) -> InferReply {
     let mut attempt = 0;
+    let task_id = call.task_id.clone();
     loop {
-        let reply = admitted_once(
-            spend_name,
-            gateway_name,
-            artifact,
-            task_id.clone(),
-            request.clone(),
-            estimate,
-            max_output,
-            timeout,
-        )
-        .await;
+        let reply = admitted_once(&call).await;
         let Some(delay) = retry.delay(attempt, &reply) else { return reply };
         attempt += 1;
         let status = reply.upstream.map(|u| u.status);
@@ -95,18 +75,31 @@ impl Retry {
     }
 }
 
+/// One inference call as the loop planned it.
+pub(crate) struct PlannedCall {
+    /// The session's spend meter.
+    pub spend_name: String,
+    /// The driver's gateway.
+    pub gateway_name: String,
+    /// The driver artifact.
+    pub artifact: String,
+    /// The task it serves.
+    pub task_id: String,
+    /// The request.
+    pub request: DriverRequest,
+    /// The cl100k estimate of the request.
+    pub estimate: u64,
+    /// The call's output cap.
+    pub max_output: u64,
+    /// How long the gateway may take.
+    pub timeout: Duration,
+}
+
 /// One admission, one gateway call, one settlement.
-#[allow(clippy::too_many_arguments)]
-async fn admitted_once(
-    spend_name: &str,
-    gateway_name: &str,
-    artifact: &str,
-    task_id: String,
-    request: DriverRequest,
-    estimate: u64,
-    max_output: u64,
-    timeout: Duration,
-) -> InferReply {
+async fn admitted_once(call: &PlannedCall) -> InferReply {
+    let PlannedCall { spend_name, gateway_name, artifact, task_id, request, estimate, max_output, timeout } = call;
+    let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
+    let (task_id, request) = (task_id.clone(), request.clone());
     let fail = |e: InferenceError| InferReply {
         result: Err(e),
         instantiate_time: Duration::ZERO,

@@ -192,18 +192,17 @@ impl LoopState {
         }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let reply = super::call::admitted_call(
-                &spend_name,
-                &gateway_name,
-                &artifact,
+            let planned = super::call::PlannedCall {
+                spend_name,
+                gateway_name,
+                artifact,
                 task_id,
                 request,
                 estimate,
                 max_output,
                 timeout,
-                retry,
-            )
-            .await;
+            };
+            let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
     }
