@@ -184,21 +184,48 @@ async fn host_setup(args: &RunArgs) -> Result<HostSetup, String> {
     Ok((path.map(|p| (config, p)), machine))
 }
 
-pub(crate) async fn stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM and SIGINT, listened for from the moment this is made: a signal that arrives
+/// before anyone waits is kept, never left to the default action (which would kill the
+/// process without its graceful stop).
+pub(crate) struct Stop {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(t) => t,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stop {
+    /// Start listening.
+    pub(crate) fn install() -> Stop {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Stop { term: signal(SignalKind::terminate()).ok(), int: signal(SignalKind::interrupt()).ok() }
         }
+        #[cfg(not(unix))]
+        Stop {}
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    /// Wait for the first stop signal (possibly one that already arrived).
+    pub(crate) async fn wait(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => {}
+                () = recv(&mut self.int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Launch, serve the door, run the launch task (if any) or wait for door tasks, then exit as
@@ -209,6 +236,7 @@ pub async fn run_with(
     endpoint_override: Option<EndpointOverride>,
     env: std::collections::HashMap<String, String>,
 ) -> ExitCode {
+    let mut stop = Stop::install();
     let capsule = match (&args.capsule, &args.resume) {
         (Some(c), _) => c.clone(),
         (None, Some(dir)) => match recorded_manifest(dir) {
@@ -326,11 +354,11 @@ pub async fn run_with(
     if keep_serving {
         if after == AfterTask::Exit && !had_task {
             tokio::select! {
-                _ = stop_signal() => {}
+                _ = stop.wait() => {}
                 _ = async { while let Some((_, state)) = finals.recv().await { if state != TaskState::Rejected { break; } } } => {}
             }
         } else {
-            stop_signal().await;
+            stop.wait().await;
         }
     }
     let result_path = session.dir.join("out").join("result.txt");

@@ -14,7 +14,7 @@ use capsule_runtime::{Host, HostOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cli_run::{chain, default_cache_dir, load_host_config, machine_meter, stop_signal};
+use crate::cli_run::{Stop, chain, default_cache_dir, load_host_config, machine_meter};
 
 /// Options of `capsule host`.
 #[derive(clap::Args, Debug, Clone)]
@@ -100,7 +100,8 @@ pub async fn host(args: HostArgs) -> ExitCode {
     };
     // Listen for the stop signal before anything starts, so a SIGTERM during start-up is a
     // graceful stop too.
-    let stop = stop_signal();
+    let mut signals = Stop::install();
+    let stop = signals.wait();
     tokio::pin!(stop);
     let addr = std::net::SocketAddr::new(plan.bind, args.port.unwrap_or(plan.port));
     let handle = match HostHandle::start(plan.capsules, shared, RestartPolicy::default()).await {

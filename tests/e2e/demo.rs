@@ -95,3 +95,33 @@ fn capsule_demo_runs_through_the_openai_driver_too() {
         "Hello from a Murmur capsule!\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_during_a_task_is_a_graceful_stop_once_the_task_ends_never_a_kill() {
+    use tokio::io::AsyncBufReadExt;
+    let slow = capsule_stub::Turn { delay_ms: Some(500), ..capsule_stub::Turn::text("finished") };
+    let stub = stub(vec![slow]);
+    let cap = anthropic_capsule("http://127.0.0.1:9", &[], "lifecycle: {after_task: sleep}\n");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run"])
+        .arg(cap.path())
+        .args(["--task", "x", "--json", "--keyless", "--endpoint", &stub.url(), "--workdir"])
+        .arg(&cap.workdir)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let ready: serde_json::Value =
+        serde_json::from_str(&lines.next_line().await.expect("read").expect("ready")).expect("json");
+    // The task is still waiting on the provider: the signal arrives before anyone waits for it.
+    let pid = child.id().expect("pid").to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let status = child.wait().await.expect("exits");
+    assert!(status.success(), "a graceful stop, not death by signal: {status:?}");
+    let dir = std::path::PathBuf::from(ready["session_dir"].as_str().expect("dir"));
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    assert!(trace.contains("\"event_type\":\"session_end\""), "the session was closed properly");
+}
