@@ -34,6 +34,7 @@ pub mod machine_meter;
 pub mod names;
 pub mod session;
 mod session_control;
+mod session_resume;
 pub mod sink;
 pub mod spend;
 pub mod supervisor;

@@ -108,60 +108,6 @@ impl Session {
         Self::start(opts, None, None).await
     }
 
-    /// Resume the session in `dir` (`<workdir>/<session id>`) after the process stopped: same
-    /// id and files, frame ids continue, the conversation is rebuilt from its record. Call
-    /// [`Session::resume_task`] to continue the task that was running.
-    pub async fn resume(opts: LaunchOptions, dir: &std::path::Path) -> Result<Session, LaunchError> {
-        Self::resume_with(opts, dir, false).await.map(|(s, _)| s)
-    }
-
-    /// [`Session::resume`], first checking every journal file: a torn last line is cut off and
-    /// reported; damage in a complete line refuses the resume (`E-RUN-063`, naming the file
-    /// and line) unless `repair`, which keeps each file's valid prefix and reports what it
-    /// dropped. Returns the session and those reports.
-    pub async fn resume_with(
-        mut opts: LaunchOptions,
-        dir: &std::path::Path,
-        repair: bool,
-    ) -> Result<(Session, Vec<String>), LaunchError> {
-        let io = |source| LaunchError::Io { path: dir.to_path_buf(), source };
-        let dir = std::fs::canonicalize(dir).map_err(io)?;
-        let session_id =
-            dir.file_name().and_then(|n| n.to_str()).filter(|n| n.starts_with("ses_")).map(str::to_string).ok_or_else(
-                || LaunchError::Io {
-                    path: dir.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "not a session folder (its name must be ses_…)",
-                    ),
-                },
-            )?;
-        opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        check_session_folder(&dir).map_err(LaunchError::Files)?;
-        let (reports, next_frame_id) = crate::journal_check::check(&dir, repair)?;
-        let trace = crate::emitter::journal_records(&dir.join("trace.jsonl"));
-        let mut seed = crate::agent_loop::ResumeSeed { next_frame_id, ..Default::default() };
-        let mut finished = std::collections::HashSet::new();
-        for line in &trace {
-            let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
-            let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
-            match ev["event_type"].as_str().unwrap_or("") {
-                "task_start" => seed.task = Some((field("task_id"), field("context_id"))),
-                "task_end" => seed.task = None,
-                "tool_call_started" => {
-                    seed.interrupted.insert(field("tool_call_id"));
-                }
-                "tool_call" => {
-                    finished.insert(field("tool_call_id"));
-                }
-                _ => {}
-            }
-        }
-        seed.interrupted.retain(|id| !finished.contains(id));
-        let _ = std::fs::remove_file(dir.join("control.token"));
-        Self::start(opts, Some(session_id), Some(seed)).await.map(|s| (s, reports))
-    }
-
     /// Answer once every trace line sent before is written and synced (the journal's mailbox
     /// is FIFO); `None` when the journal is not running.
     pub async fn flush_journal(&self) -> Option<u64> {
@@ -204,7 +150,7 @@ impl Session {
         }
     }
 
-    async fn start(
+    pub(crate) async fn start(
         opts: LaunchOptions,
         resumed_id: Option<String>,
         resume: Option<crate::agent_loop::ResumeSeed>,
@@ -483,41 +429,4 @@ impl Session {
         }
         let _ = self.supervisor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }
-}
-
-/// Refuse a session folder holding anything the host did not make: every entry must be a
-/// regular file this user owns with one link, or the `out` folder holding only such files.
-fn check_session_folder(dir: &std::path::Path) -> Result<(), capsule_runtime::BeneathError> {
-    use capsule_runtime::BeneathError;
-    use std::os::unix::fs::MetadataExt;
-    let euid = Beneath::open(dir)?.owner_uid();
-    let io = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |source| BeneathError::Io { path, source }
-    };
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).map_err(io(&folder))? {
-            let path = entry.map_err(io(&folder))?.path();
-            let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-            let bad = |what| Err(BeneathError::NotOwnedRegular { path: path.clone(), what });
-            if meta.uid() != euid {
-                return bad("owned by another user");
-            }
-            if meta.file_type().is_symlink() {
-                return bad("a symlink");
-            }
-            if meta.is_dir() && folder == dir && path.file_name().is_some_and(|n| n == "out") {
-                folders.push(path);
-                continue;
-            }
-            if !meta.is_file() {
-                return bad("not a regular file");
-            }
-            if meta.nlink() != 1 {
-                return bad("hard-linked");
-            }
-        }
-    }
-    Ok(())
 }

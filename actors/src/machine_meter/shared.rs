@@ -144,6 +144,10 @@ impl SharedLedger {
     }
 
     fn catch_up(&mut self) -> std::io::Result<()> {
+        // Nothing appended since the last look (the common case): no seek, no read.
+        if self.file.metadata()?.len() == self.offset {
+            return Ok(());
+        }
         let mut bytes = Vec::new();
         self.file.seek(SeekFrom::Start(self.offset))?;
         (&self.file).read_to_end(&mut bytes)?;
