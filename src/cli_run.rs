@@ -5,7 +5,7 @@
 //! refused at launch (bad manifest, bad artifact, missing credential).
 
 use capsule_actors::machine_meter::{MachineArgs, MachineMeter, MachineMsg};
-use capsule_actors::{EndpointOverride, LaunchOptions, Session};
+use capsule_actors::{EndpointOverride, LaunchOptions, Session, TaskOutcome};
 use capsule_protocol::host_config::HostConfig;
 use capsule_protocol::trace::ExitStatus;
 use capsule_runtime::{Host, HostOptions};
@@ -314,22 +314,26 @@ pub async fn run_with(
     let mut finals = printer::start(&session, style).await;
     let after = session.manifest.lifecycle.after_task();
     let mut code = ExitCode::SUCCESS;
-    let launch_task = if args.resume.is_some() {
+    let launch_tasks: Vec<Result<TaskOutcome, _>> = if args.resume.is_some() {
         match session.resume_task().await {
-            Ok(Some(o)) => Some(Ok(o)),
-            Ok(None) => {
-                eprintln!("session {}: no task was running; nothing to resume", session.session_id);
-                None
+            Ok(outcomes) if outcomes.is_empty() => {
+                eprintln!(
+                    "session {}: no task was running or queued when it stopped; nothing to resume{}",
+                    session.session_id,
+                    if after == AfterTask::Sleep { " (serving the door)" } else { "" }
+                );
+                Vec::new()
             }
-            Err(e) => Some(Err(e)),
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
         }
     } else if let Some(task) = &args.task {
-        Some(session.submit(task).await)
+        vec![session.submit(task).await]
     } else {
-        None
+        Vec::new()
     };
-    let had_task = launch_task.is_some();
-    if let Some(outcome) = launch_task {
+    let had_task = !launch_tasks.is_empty();
+    for outcome in launch_tasks {
         match outcome {
             Ok(o) => {
                 while let Some((id, _)) = finals.recv().await {

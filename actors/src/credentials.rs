@@ -15,8 +15,9 @@ use capsule_runtime::{Credential, GatewayRoute, SecretKey};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::control::ControlRefusal;
+use crate::control::ControlError;
 
 /// Where a credential comes from; recorded as `credential_source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -165,7 +166,8 @@ impl DriverCredential {
     }
 }
 
-/// Messages.
+/// What the credentials actor decides and answers: routes for driver calls, selecting a
+/// choice, and setting, forgetting and listing secrets.
 pub enum CredentialsMsg {
     /// The route for a driver's next call: `Ok(None)` for a driver without a gateway, `Err`
     /// naming the credential when it cannot produce a value (the call is refused in here).
@@ -175,12 +177,13 @@ pub enum CredentialsMsg {
         /// Answer.
         reply: RpcReplyPort<Result<Option<GatewayRoute>, String>>,
     },
-    /// May the loop select choice `index` now? If yes it is marked in use in the same step.
+    /// May the choice `index` be the one in use? If yes it is in use from this step on, and
+    /// the answer is the index it replaced.
     Select {
         /// Choice index.
         index: usize,
         /// Answer.
-        reply: RpcReplyPort<Result<(), ControlRefusal>>,
+        reply: RpcReplyPort<Result<usize, ControlError>>,
     },
     /// Inject a secret; answers whether it replaced a value.
     SetSecret {
@@ -196,10 +199,54 @@ pub enum CredentialsMsg {
         /// Name.
         name: String,
         /// Answer.
-        reply: RpcReplyPort<Result<(), ControlRefusal>>,
+        reply: RpcReplyPort<Result<(), ControlError>>,
     },
     /// Per choice, whether its credential can produce a value now; and each secret's `set`.
     Status(RpcReplyPort<(Vec<bool>, Vec<(String, bool)>)>),
+    /// Crash (a test hook: its restart must keep the choice in use and the secrets).
+    InjectPanic,
+}
+
+/// The state the credentials actor owns and keeps across its restarts: the driver choice in
+/// use and the injected secrets (in memory only, never on disk). It lives in the actor's
+/// arguments, so a restarted actor starts from it instead of from the manifest. Only the
+/// actor changes it; the loop reads the choice in use per call through [`ChoiceInUse`].
+#[derive(Clone, Default)]
+pub struct CredentialsBook(Arc<Mutex<Held>>);
+
+#[derive(Default)]
+struct Held {
+    active: usize,
+    values: HashMap<String, SecretKey>,
+}
+
+impl CredentialsBook {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The read-only view of the choice in use, for the loop.
+    pub fn choice_in_use(&self) -> ChoiceInUse {
+        ChoiceInUse(self.clone())
+    }
+}
+
+/// Which driver choice is in use (an index into the capsule's choices, primary first): read
+/// per call by the loop, decided only by the credentials actor.
+#[derive(Clone, Default)]
+pub struct ChoiceInUse(CredentialsBook);
+
+impl ChoiceInUse {
+    /// The index now.
+    pub fn get(&self) -> usize {
+        self.0.held().active
+    }
+}
+
+impl std::fmt::Debug for ChoiceInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChoiceInUse({})", self.get())
+    }
 }
 
 /// What the actor is started (and restarted) with.
@@ -211,21 +258,22 @@ pub struct CredentialsArgs {
     pub choices: Vec<String>,
     /// Declared secret names.
     pub secrets: Vec<String>,
+    /// The choice in use and the injected secrets, kept across restarts.
+    pub book: CredentialsBook,
 }
 
-/// State.
+/// The actor's state: its arguments (the book is shared with its next incarnation).
 pub struct CredentialsState {
     args: CredentialsArgs,
-    values: HashMap<String, SecretKey>,
-    active: usize,
 }
 
 impl CredentialsState {
     fn available(&mut self, index: usize) -> Result<(), String> {
         let Some(artifact) = self.args.choices.get(index) else { return Err("no such choice".into()) };
+        let held = self.args.book.held();
         match self.args.drivers.get_mut(artifact) {
             None => Ok(()),
-            Some(c) => c.current(&self.values).map(|_| ()),
+            Some(c) => c.current(&held.values).map(|_| ()),
         }
     }
 }
@@ -243,7 +291,7 @@ impl Actor for Credentials {
         _myself: ActorRef<CredentialsMsg>,
         args: CredentialsArgs,
     ) -> Result<CredentialsState, ActorProcessingErr> {
-        Ok(CredentialsState { args, values: HashMap::new(), active: 0 })
+        Ok(CredentialsState { args })
     }
 
     async fn handle(
@@ -254,57 +302,47 @@ impl Actor for Credentials {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             CredentialsMsg::Route { artifact, reply } => {
-                let values = &state.values;
+                let held = state.args.book.held();
                 let r = match state.args.drivers.get_mut(&artifact) {
                     None => Ok(None),
-                    Some(c) => c.route(values).map(Some),
+                    Some(c) => c.route(&held.values).map(Some),
                 };
                 let _ = reply.send(r);
             }
             CredentialsMsg::Select { index, reply } => {
                 let r = match state.available(index) {
-                    Ok(()) => {
-                        state.active = index;
-                        Ok(())
-                    }
-                    Err(why) => Err(ControlRefusal::new(
-                        409,
-                        "credential_unresolvable",
-                        format!("the choice cannot be selected: {why}"),
-                    )),
+                    Ok(()) => Ok(std::mem::replace(&mut state.args.book.held().active, index)),
+                    Err(why) => Err(ControlError::CredentialUnresolvable { why }),
                 };
                 let _ = reply.send(r);
             }
             CredentialsMsg::SetSecret { name, value, reply } => {
-                let replaced = state.values.insert(name, value).is_some();
+                let replaced = state.args.book.held().values.insert(name, value).is_some();
                 let _ = reply.send(replaced);
             }
             CredentialsMsg::Forget { name, reply } => {
-                let active_artifact = state.args.choices.get(state.active).cloned().unwrap_or_default();
+                let mut held = state.args.book.held();
+                let active_artifact = state.args.choices.get(held.active).cloned().unwrap_or_default();
                 let in_use = state
                     .args
                     .drivers
                     .get(&active_artifact)
                     .is_some_and(|c| matches!(&c.key, Key::Injected(n) if *n == name));
                 let r = if in_use {
-                    Err(ControlRefusal::new(
-                        409,
-                        "in_use",
-                        format!(
-                            "secret `{name}` keys the driver choice in use; switch to another choice before forgetting it"
-                        ),
-                    ))
+                    Err(ControlError::InUse { name: name.clone() })
                 } else {
-                    state.values.remove(&name);
+                    held.values.remove(&name);
                     Ok(())
                 };
                 let _ = reply.send(r);
             }
             CredentialsMsg::Status(reply) => {
                 let avail = (0..state.args.choices.len()).map(|i| state.available(i).is_ok()).collect();
-                let secrets = state.args.secrets.iter().map(|s| (s.clone(), state.values.contains_key(s))).collect();
+                let held = state.args.book.held();
+                let secrets = state.args.secrets.iter().map(|s| (s.clone(), held.values.contains_key(s))).collect();
                 let _ = reply.send((avail, secrets));
             }
+            CredentialsMsg::InjectPanic => panic!("credentials: injected panic (test hook)"),
         }
         Ok(())
     }

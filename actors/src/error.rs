@@ -137,3 +137,15 @@ impl InferenceError {
         }
     }
 }
+
+/// Why a step could not be journaled. The step is not taken (no tool runs, no provider is
+/// called, nothing is answered as accepted) and the task ends with this error.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The journal actor did not answer.
+    #[error("{code}: the journal could not be reached ({0}); the step was not taken", code = Code::JournalUnavailable)]
+    Unreachable(#[from] crate::peer::PeerError),
+    /// A line could not be written.
+    #[error("{code}: {0}; the step was not taken: check the disk has room and the session folder is writable", code = Code::JournalUnavailable)]
+    Write(#[from] crate::journal::WriteFailed),
+}

@@ -13,24 +13,35 @@ use capsule_protocol::trace::TraceEvent;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 
-/// Messages.
+/// What the journal is asked: the loop's awaited appends (write before act), fire-and-forget
+/// trace lines, and the flush at the end of a task.
 pub enum JournalMsg {
     /// Append a trace event.
     Trace(TraceEvent),
-    /// Append a message to the conversation record.
-    Record(Message),
     /// Make everything sent so far durable, then answer with the count of failed writes.
     Flush(RpcReplyPort<u64>),
     /// Write these trace events and messages, then answer: the caller acts only after its
-    /// journal lines are written (handed to the OS, so they survive the process being killed).
+    /// journal lines are written (handed to the OS, so they survive the process being killed),
+    /// and not at all when a write failed.
     Append {
         /// Trace events, in order.
         events: Vec<TraceEvent>,
         /// Conversation messages, in order.
         messages: Vec<Message>,
-        /// Answered after the writes.
-        reply: RpcReplyPort<()>,
+        /// Answered after the writes: the first failed write, if any.
+        reply: RpcReplyPort<Result<(), WriteFailed>>,
     },
+}
+
+/// A journal line that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot append to {}", file.display())]
+pub struct WriteFailed {
+    /// The file.
+    pub file: PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Where the files are.
@@ -46,6 +57,7 @@ pub struct JournalArgs {
 pub struct JournalState {
     trace: SealedFile,
     conversation: SealedFile,
+    paths: JournalArgs,
     failed_writes: u64,
 }
 
@@ -58,19 +70,13 @@ fn open_append(p: &std::path::Path) -> Result<SealedFile, capsule_runtime::Benea
     SealedFile::open(p)
 }
 
-fn write_line(f: &mut SealedFile, value: &impl serde::Serialize, failed: &mut u64) {
-    let line = match serde_json::to_vec(value) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %e, "journal line not serializable");
-            *failed += 1;
-            return;
-        }
-    };
-    if let Err(e) = f.append(line) {
+fn write_line(f: &mut SealedFile, value: &impl serde::Serialize, failed: &mut u64) -> Result<(), std::io::Error> {
+    let written = serde_json::to_vec(value).map_err(std::io::Error::other).and_then(|line| f.append(line));
+    if let Err(e) = &written {
         tracing::error!(error = %e, "journal write failed");
         *failed += 1;
     }
+    written
 }
 
 impl Actor for Journal {
@@ -86,6 +92,7 @@ impl Actor for Journal {
         Ok(JournalState {
             trace: open_append(&args.trace_path)?,
             conversation: open_append(&args.conversation_path)?,
+            paths: args,
             failed_writes: 0,
         })
     }
@@ -97,16 +104,22 @@ impl Actor for Journal {
         state: &mut JournalState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            JournalMsg::Trace(ev) => write_line(&mut state.trace, &ev, &mut state.failed_writes),
-            JournalMsg::Record(m) => write_line(&mut state.conversation, &m, &mut state.failed_writes),
+            JournalMsg::Trace(ev) => {
+                let _ = write_line(&mut state.trace, &ev, &mut state.failed_writes);
+            }
             JournalMsg::Append { events, messages, reply } => {
+                let mut first = Ok(());
                 for m in &messages {
-                    write_line(&mut state.conversation, m, &mut state.failed_writes);
+                    if let Err(source) = write_line(&mut state.conversation, m, &mut state.failed_writes) {
+                        first = first.and(Err(WriteFailed { file: state.paths.conversation_path.clone(), source }));
+                    }
                 }
                 for ev in &events {
-                    write_line(&mut state.trace, ev, &mut state.failed_writes);
+                    if let Err(source) = write_line(&mut state.trace, ev, &mut state.failed_writes) {
+                        first = first.and(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
+                    }
                 }
-                let _ = reply.send(());
+                let _ = reply.send(first);
             }
             JournalMsg::Flush(reply) => {
                 for f in [&mut state.trace, &mut state.conversation] {

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use capsule_runtime::Beneath;
 
 use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskRecord};
+use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
 use crate::gateway::{GatewayArgs, GatewayMsg};
@@ -28,7 +29,6 @@ use crate::launch::{LaunchOptions, prepare, tool_specs};
 use crate::names::{self, lookup, role};
 use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, SupervisorMsg};
 use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
-use capsule_protocol::manifest::DEFAULT_MAX_TOKENS;
 
 /// How a task ended, as its submitter sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,8 +141,9 @@ impl Session {
         Beneath::open(&self.dir)?.write(DOOR_URL_FILE, url.as_bytes())
     }
 
-    /// Continue the task a resumed session was running; `None` when there was none.
-    pub async fn resume_task(&self) -> Result<Option<TaskOutcome>, SessionError> {
+    /// Continue the task a resumed session was running, then the tasks that were queued
+    /// behind it; their outcomes in that order (empty when there were none).
+    pub async fn resume_task(&self) -> Result<Vec<TaskOutcome>, SessionError> {
         let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
         match l.call(LoopMsg::Resume, None).await {
             Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
@@ -195,19 +196,19 @@ impl Session {
             .map(|a| a.grants.limits.deadline_seconds)
             .unwrap_or(600);
         let first_frame_id = resume.as_ref().map_or(1, |r| r.next_frame_id.max(1));
+        let credentials_book = crate::credentials::CredentialsBook::default();
         let loop_config = LoopConfig {
             session_id: session_id.clone(),
             capsule_name: m.name.clone(),
             capsule_version: m.version.clone(),
-            model: m.inference.model.clone(),
-            driver: driver.clone(),
             max_turns: m.inference.max_turns,
             max_retries: m.inference.max_retries,
-            max_tokens: m.inference.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             system: prepared.system.clone(),
             tools,
             out_dir,
             choices: choices.clone(),
+            choice_in_use: credentials_book.choice_in_use(),
+            cap: Default::default(),
             stamp_producers: !m.inference.alternates.is_empty(),
             control_settings: m.control.settings.clone(),
             token_id: control.as_ref().map(|c| c.key.id()),
@@ -232,6 +233,7 @@ impl Session {
                 drivers: prepared.credentials.clone(),
                 choices: choices.iter().map(|c| c.driver.clone()).collect(),
                 secrets: m.control.secrets.clone(),
+                book: credentials_book,
             })),
             ChildSpec::Spend(Box::new(crate::spend::SpendArgs {
                 journal: Some(dir.join("spend.jsonl")),
@@ -414,6 +416,12 @@ impl Session {
     }
 
     /// Test hook: make the tools actor panic.
+    pub fn inject_credentials_panic(&self) -> bool {
+        lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS))
+            .is_some_and(|c| c.cast(CredentialsMsg::InjectPanic).is_ok())
+    }
+
+    /// Test hook: make the tools actor panic (it is restarted).
     pub fn inject_tools_panic(&self) -> bool {
         lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS))
             .is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())

@@ -47,8 +47,19 @@ impl Session {
             let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
             let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
             match ev["event_type"].as_str().unwrap_or("") {
-                "task_start" => seed.task = Some((field("task_id"), field("context_id"))),
-                "task_end" => seed.task = None,
+                "task_queued" => seed.queued.push((field("task_id"), field("context_id"), field("text"))),
+                "task_start" => {
+                    let id = field("task_id");
+                    seed.queued.retain(|q| q.0 != id);
+                    seed.task = Some((id, field("context_id")));
+                }
+                "task_end" => {
+                    let id = field("task_id");
+                    seed.queued.retain(|q| q.0 != id);
+                    if seed.task.as_ref().is_some_and(|t| t.0 == id) {
+                        seed.task = None;
+                    }
+                }
                 "tool_call_started" => {
                     seed.interrupted.insert(field("tool_call_id"));
                 }

@@ -60,6 +60,9 @@ pub enum Code {
     SessionIo,
     /// A journal file has a damaged line before its end; `--resume --repair` keeps the prefix.
     JournalDamaged,
+    /// A step could not be journaled (the journal actor is unreachable, or a write failed);
+    /// the step was not taken and the task ended.
+    JournalUnavailable,
     /// The door cannot listen on its address (port taken, address not local, not allowed).
     DoorBind,
     /// A session file or folder is not one the host made: a symlink, a hard link, another
@@ -110,6 +113,7 @@ impl Code {
             Code::DoorBind => "E-RUN-061",
             Code::SessionFileRefused => "E-RUN-062",
             Code::JournalDamaged => "E-RUN-063",
+            Code::JournalUnavailable => "E-RUN-064",
             Code::MaxTurns => "E-RUN-070",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",

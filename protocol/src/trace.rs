@@ -12,8 +12,11 @@ use serde_json::{Map, Value};
 pub enum TraceKind {
     /// The session started (manifest, choices, credential sources).
     SessionStart,
-    /// A task was accepted.
+    /// A task started running (accepted straight away, or its turn came in the queue).
     TaskStart,
+    /// A task was accepted into the queue behind the running one (`lifecycle.task_acceptance:
+    /// queue`); its text is here, so a resumed session runs it.
+    TaskQueued,
     /// One inference call ended (driver, tokens, stop reason, duration).
     Inference,
     /// A provider answered 429 or 5xx and the call is sent again after a delay.
@@ -48,6 +51,7 @@ impl TraceKind {
         match self {
             TraceKind::SessionStart => "session_start",
             TraceKind::TaskStart => "task_start",
+            TraceKind::TaskQueued => "task_queued",
             TraceKind::Inference => "inference",
             TraceKind::InferenceRetry => "inference_retry",
             TraceKind::ToolCallStarted => "tool_call_started",

@@ -516,6 +516,74 @@ async fn concurrent_switch_inject_forget_never_leave_the_active_choice_without_a
     session.shutdown().await;
 }
 
+/// The choice in use, the injected secrets and a controller's cap each have one owner, which
+/// keeps them across its restart: a Credentials crash mid-session changes nothing a client can
+/// see, and every control operation still answers as before the crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credentials_crash_keeps_the_choice_the_secrets_and_the_cap_and_every_control_operation_still_answers() {
+    let stub = stub(vec![Turn::text("on the alternate"), Turn::text("on the primary")]);
+    let cap = switchy(&stub.url(), "");
+    let (session, c) = client(&cap, &[("PRIMARY_KEY", "k-primary")]).await;
+    let put = |setting: &'static str, value: &'static str| {
+        let c = &c;
+        async move {
+            c.ok(
+                "PUT",
+                &format!("/control/settings/{setting}"),
+                Some("application/json"),
+                &format!("{{\"value\":{value}}}"),
+            )
+            .await
+        }
+    };
+    assert_eq!(c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await.0, 200);
+    assert_eq!(put("inference.driver", "\"alt\"").await.0, 200);
+    assert_eq!(put("inference.max_tokens", "77").await.0, 200);
+
+    assert!(session.inject_credentials_panic(), "the credentials actor is running");
+    let trace = session.dir.join("trace.jsonl");
+    eventually("credentials restarted", || async {
+        std::fs::read_to_string(&trace).unwrap_or_default().contains("\"actor\":\"credentials\"")
+    })
+    .await;
+
+    // Every operation, in an order where each answer depends on what survived the crash.
+    let (s, view) = c.ok("GET", "/control", None, "").await;
+    assert_eq!(s, 200);
+    assert_eq!(view["settings"][0]["value"], "alt", "the choice in use survived: {view}");
+    assert_eq!(view["settings"][1]["value"], 77, "the cap survived: {view}");
+    assert_eq!(view["secrets"], json!([{"name": "OPENAI_KEY", "set": true}]), "the secret survived");
+    assert_eq!(view["settings"][0]["choices"][1]["available"], true);
+    let (s, v) = c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await;
+    assert_eq!((s, v["error"].as_str().unwrap_or("").split(':').next()), (409, Some("in_use")), "{v}");
+    let outcome = session.submit("first").await.expect("outcome");
+    assert_eq!((outcome.exit_status, outcome.message.as_str()), (ExitStatus::Ok, "on the alternate"));
+    let first = &stub.requests()[0];
+    assert_eq!(first.path, "/v1/chat/completions", "the call went to the alternate");
+    let auth = first.headers.iter().find(|(k, _)| k == "authorization").map(|(_, v)| v.as_str());
+    assert_eq!(auth, Some(format!("Bearer {SECRET}").as_str()), "with the secret injected before the crash");
+    assert_eq!(first.body["max_tokens"], 77, "under the cap set before the crash");
+    assert_eq!(
+        c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await,
+        (200, json!({"name": "OPENAI_KEY", "set": true, "replaced": true}))
+    );
+    let (s, v) = put("inference.driver", "\"primary\"").await;
+    assert_eq!((s, &v["previous"], &v["value"]), (200, &json!("alt"), &json!("primary")));
+    assert_eq!(
+        c.ok("DELETE", "/control/secrets/OPENAI_KEY", None, "").await,
+        (200, json!({"name": "OPENAI_KEY", "set": false}))
+    );
+    let (s, v) = put("inference.driver", "\"alt\"").await;
+    assert_eq!((s, v["error"].as_str().unwrap_or("").split(':').next()), (409, Some("credential_unresolvable")));
+    let (s, v) = put("inference.max_tokens", "55").await;
+    assert_eq!((s, &v["previous"], &v["value"]), (200, &json!(77), &json!(55)));
+    let outcome = session.submit("second").await.expect("outcome");
+    assert_eq!((outcome.exit_status, outcome.message.as_str()), (ExitStatus::Ok, "on the primary"));
+    let second = &stub.requests()[1];
+    assert_eq!((second.path.as_str(), &second.body["max_tokens"]), ("/v1/messages", &json!(55)));
+    session.shutdown().await;
+}
+
 fn alternates_manifest(alternates: &str) -> String {
     format!(
         "name: alts\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: 'http://127.0.0.1:9', keyless: true}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference:\n  model: claude-sonnet-4-5\n  driver: {{artifact: anthropic}}\n  alternates:\n{alternates}"
@@ -554,8 +622,8 @@ async fn an_alternate_without_a_credential_is_staged_unavailable_and_named_in_a_
         .set_setting("inference.driver", json!("alt"), capsule_actors::control::Principal::Operator)
         .await
         .expect_err("refused");
-    assert_eq!((r.status, r.reason), (409, "credential_unresolvable"));
-    assert!(r.error.contains("NOT_SET_OPENAI_KEY"), "{}", r.error);
+    assert_eq!((r.status(), r.reason()), (409, "credential_unresolvable"));
+    assert!(r.to_string().contains("NOT_SET_OPENAI_KEY"), "{r}");
     session.shutdown().await;
 }
 

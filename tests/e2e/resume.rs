@@ -172,3 +172,92 @@ async fn a_kill_during_a_provider_stream_re_issues_the_call_on_resume() {
     assert_eq!(roles, vec!["user", "assistant"], "the cut reply was never recorded; the re-issued one was, once");
     assert_frames_continue(&dir);
 }
+
+async fn door_call(url: &str, body: Value) -> Value {
+    match reqwest::Client::new().post(url).json(&body).send().await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+fn door_send(text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": text, "role": "user", "parts": [{"text": text}]}}})
+}
+
+/// A queued task is accepted work: it is journaled before its client hears "queued", so a kill
+/// while it waits does not lose it. The resumed session finishes the interrupted task, then
+/// runs the queued ones in order, except one its client canceled before the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_queued_before_a_kill_run_after_the_resume_and_a_canceled_one_does_not() {
+    let slow = Turn { text: Some("z".repeat(400)), event_interval_ms: Some(20), ..Default::default() };
+    let stub = Stub::start(Script {
+        chunk_chars: 1,
+        ..Script::new(vec![slow, Turn::text("first, again"), Turn::text("q1 done"), Turn::text("q3 done")])
+    })
+    .expect("stub");
+    let cap = anthropic_capsule(&stub.url(), &[], "lifecycle: {task_acceptance: queue, queue_depth: 4}\n");
+    let url = stub.url();
+    let mut first =
+        capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "first", "--endpoint", &url], &cap);
+    let dir = ready_dir(&mut first);
+    wait_for("the first task to stream", || {
+        lines_of(&dir.join("frames.jsonl")).iter().filter(|f| f["event"] == "text").count() >= 3
+    });
+    let door = std::fs::read_to_string(dir.join("door.url")).expect("door url");
+    let mut waiting = Vec::new();
+    for text in ["q1", "q2", "q3"] {
+        let to = door.clone();
+        waiting.push(tokio::spawn(async move { door_call(&to, door_send(text)).await }));
+        let queued = |t: &str| {
+            lines_of(&dir.join("trace.jsonl")).into_iter().find(|e| e["event_type"] == "task_queued" && e["text"] == t)
+        };
+        wait_for("the task to be queued", || queued(text).is_some());
+        if text == "q2" {
+            let id = queued("q2").and_then(|e| e["task_id"].as_str().map(str::to_string)).expect("id");
+            let canceled =
+                door_call(&door, json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel", "params": {"id": id}}))
+                    .await;
+            assert_eq!(canceled["result"]["status"]["state"], "canceled", "{canceled}");
+        }
+    }
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    for w in waiting {
+        let _ = w.await;
+    }
+    let log = dir.parent().expect("workdir").join("resume.log");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["run", "--resume", &dir.display().to_string(), "--json", "--keyless", "--endpoint", &url])
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("resume runs");
+    // A queue capsule keeps serving its door after its tasks (`after_task` defaults to `sleep`).
+    wait_for("the resumed and recovered tasks to end", || {
+        lines_of(&dir.join("trace.jsonl")).iter().filter(|e| e["event_type"] == "task_end").count() == 4
+    });
+    let _ = Command::new("kill").args(["-TERM", &second.id().to_string()]).status();
+    let mut status = None;
+    wait_for("the resumed process to exit", || {
+        status = second.try_wait().expect("wait");
+        status.is_some()
+    });
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.is_some_and(|s| s.success()), "{log}");
+    let users: Vec<String> = lines_of(&dir.join("conversation.jsonl"))
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"][0]["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(users, vec!["first", "q1", "q3"], "the queued tasks ran in order; the canceled one did not");
+    let ends: Vec<(String, String)> = lines_of(&dir.join("trace.jsonl"))
+        .iter()
+        .filter(|e| e["event_type"] == "task_end")
+        .map(|e| (e["exit_status"].as_str().unwrap_or("").to_string(), e["task_id"].to_string()))
+        .collect();
+    assert_eq!(ends.iter().filter(|(s, _)| s == "ok").count(), 3, "{ends:?}");
+    assert_eq!(ends.iter().filter(|(s, _)| s == "canceled").count(), 1, "{ends:?}");
+    assert_eq!(stub.requests().len(), 4, "the cut call again, then one call per queued task");
+    assert_frames_continue(&dir);
+}

@@ -4,10 +4,12 @@
 
 use capsule_protocol::frame::{Frame, StatusBody, TaskState};
 use capsule_protocol::manifest::TaskAcceptance;
-use capsule_protocol::trace::ExitStatus;
+use capsule_protocol::trace::{ExitStatus, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
+use serde_json::json;
 
 use super::{Accepted, LoopMsg, LoopState, Origin, Queued, TaskRecord};
+use crate::error::JournalError;
 use crate::session::TaskOutcome;
 
 pub(crate) fn new_id(prefix: &str) -> String {
@@ -52,26 +54,18 @@ impl LoopState {
             None
         };
         if let Some(why) = refusal {
-            record.state = TaskState::Rejected;
-            record.message = why.clone();
-            self.tasks.insert(record.id.clone(), record.clone());
-            self.final_frame(&record);
-            if let Some(a) = accepted {
-                let _ = a.send(record.clone());
-            }
-            if let Some(r) = reply {
-                let _ = r.send(TaskOutcome {
-                    task_id: record.id,
-                    context_id: record.context_id,
-                    exit_status: ExitStatus::Failed,
-                    message: why,
-                    result_path: Default::default(),
-                });
-            }
-            return;
+            return self.reject(record, why, accepted, reply);
         }
         if self.running.is_some() {
-            record.message = format!("queued behind the running task (position {})", self.queue.len() + 1);
+            let position = self.queue.len() + 1;
+            record.message = format!("queued behind the running task (position {position})");
+            // Journal first: a queued task is accepted too, so a kill while it waits must not
+            // lose it (a resumed session runs it).
+            let queued =
+                json!({"task_id": record.id, "context_id": record.context_id, "text": text, "position": position});
+            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::TaskQueued, queued)]).await {
+                return self.refuse_unjournaled(record, accepted, reply, e);
+            }
             self.tasks.insert(record.id.clone(), record.clone());
             self.final_frame(&record);
             if let Some(a) = accepted {
@@ -83,10 +77,52 @@ impl LoopState {
         self.tasks.insert(record.id.clone(), record.clone());
         // Journal first: the client hears "accepted" only once `task_start` and the user
         // message are written, so a kill right after acceptance is resumed, never lost.
+        let id = record.id.clone();
         self.start_task(myself, record.clone(), text, reply).await;
         if let Some(a) = accepted {
-            let _ = a.send(record);
+            // The record now: `failed` when its start could not be journaled.
+            let _ = a.send(self.tasks.get(&id).cloned().unwrap_or(record));
         }
+    }
+
+    /// Answer a task that is not taken: its record says why, it gets a final frame, and a
+    /// waiting submitter hears the same.
+    fn reject(
+        &mut self,
+        mut record: TaskRecord,
+        why: String,
+        accepted: Option<Accepted>,
+        reply: Option<RpcReplyPort<TaskOutcome>>,
+    ) {
+        record.state = TaskState::Rejected;
+        record.message = why.clone();
+        self.tasks.insert(record.id.clone(), record.clone());
+        self.final_frame(&record);
+        if let Some(a) = accepted {
+            let _ = a.send(record.clone());
+        }
+        if let Some(r) = reply {
+            let _ = r.send(TaskOutcome {
+                task_id: record.id,
+                context_id: record.context_id,
+                exit_status: ExitStatus::Failed,
+                message: why,
+                result_path: Default::default(),
+            });
+        }
+    }
+
+    /// A task whose queueing could not be journaled is not taken: it would be lost with the
+    /// process.
+    fn refuse_unjournaled(
+        &mut self,
+        record: TaskRecord,
+        accepted: Option<Accepted>,
+        reply: Option<RpcReplyPort<TaskOutcome>>,
+        e: JournalError,
+    ) {
+        tracing::error!(error = %e, task = record.id, "a queued task could not be journaled");
+        self.reject(record, e.to_string(), accepted, reply);
     }
 
     /// Start the next queued task, if any (after one ended).
@@ -107,6 +143,11 @@ impl LoopState {
         {
             q.record.state = TaskState::Canceled;
             q.record.message = "canceled by a client before it started".into();
+            // Journaled, so a resumed session does not run a task its client canceled.
+            let ended = json!({"task_id": q.record.id, "exit_status": ExitStatus::Canceled.as_str(), "turns": 0, "duration_ms": 0, "message": q.record.message});
+            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::TaskEnd, ended)]).await {
+                tracing::error!(error = %e, task = q.record.id, "the cancel of a queued task could not be journaled");
+            }
             self.tasks.insert(q.record.id.clone(), q.record.clone());
             self.final_frame(&q.record);
             if let Some(r) = q.reply.take() {

@@ -13,14 +13,14 @@
 //! (the running task is taken out of the state when it finishes).
 
 mod call;
-mod control;
 mod intake;
 mod resume;
+mod settings;
 mod task;
 
 pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 
-use crate::control::{ControlRefusal, Principal, SettingChange};
+use crate::control::{ControlError, Principal, SettingChange};
 use capsule_protocol::frame::TaskState;
 use capsule_protocol::manifest::TaskAcceptance;
 use capsule_protocol::neutral::{Message, ToolSpec};
@@ -113,7 +113,7 @@ pub enum LoopMsg {
         /// Who asks.
         principal: Principal,
         /// Answer.
-        reply: RpcReplyPort<Result<SettingChange, ControlRefusal>>,
+        reply: RpcReplyPort<Result<SettingChange, ControlError>>,
     },
     /// Change `inference.max_tokens` for every later call.
     SetMaxTokens {
@@ -122,13 +122,13 @@ pub enum LoopMsg {
         /// Who asks.
         principal: Principal,
         /// Answer.
-        reply: RpcReplyPort<Result<SettingChange, ControlRefusal>>,
+        reply: RpcReplyPort<Result<SettingChange, ControlError>>,
     },
     /// The `GET /control` body.
     ControlView(RpcReplyPort<serde_json::Value>),
-    /// Continue the task a resumed session was running; answered when it ends (`None` when
-    /// there was none).
-    Resume(RpcReplyPort<Option<TaskOutcome>>),
+    /// Continue the task a resumed session was running and the tasks queued behind it;
+    /// answered when they all ended (empty when there were none).
+    Resume(RpcReplyPort<Vec<TaskOutcome>>),
 }
 
 /// What the loop needs to know about the capsule (fixed for the session).
@@ -140,16 +140,10 @@ pub struct LoopConfig {
     pub capsule_name: String,
     /// Capsule version.
     pub capsule_version: String,
-    /// Primary model.
-    pub model: String,
-    /// Primary driver artifact.
-    pub driver: String,
     /// Turns per task.
     pub max_turns: u32,
     /// `inference.max_retries`: resends of a call a provider answered 429 or 5xx.
     pub max_retries: u32,
-    /// Output cap per call.
-    pub max_tokens: u32,
     /// System prompt.
     pub system: String,
     /// Tools offered to the model.
@@ -158,6 +152,10 @@ pub struct LoopConfig {
     pub out_dir: PathBuf,
     /// Driver choices, primary first.
     pub choices: Vec<crate::choices::DriverChoice>,
+    /// Which choice is in use: decided by the credentials actor, read here per call.
+    pub choice_in_use: crate::credentials::ChoiceInUse,
+    /// A controller's `inference.max_tokens`: owned by the loop, kept across its restarts.
+    pub cap: MaxTokensCap,
     /// Whether alternates are declared: then `produced_by`, `driver_choice` are written.
     pub stamp_producers: bool,
     /// `control.settings` (empty: no operator surface).
@@ -176,6 +174,22 @@ pub struct LoopConfig {
     pub acceptance: TaskAcceptance,
     /// `lifecycle.queue_depth`.
     pub queue_depth: usize,
+}
+
+/// A controller's `inference.max_tokens` (0: none set; the choice's own cap applies). The loop
+/// owns it; it lives in the loop's arguments so a restarted loop keeps it.
+#[derive(Debug, Clone, Default)]
+pub struct MaxTokensCap(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl MaxTokensCap {
+    /// The cap a controller set, if any.
+    pub fn get(&self) -> Option<u32> {
+        Some(self.0.load(std::sync::atomic::Ordering::Acquire)).filter(|v| *v > 0)
+    }
+
+    pub(crate) fn set(&self, v: u32) {
+        self.0.store(v, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// A held continuation (CONTRACT §3): the next call sends only the messages after `acked`,
@@ -206,10 +220,6 @@ pub struct LoopState {
     pub(crate) continuation: Option<HeldContinuation>,
     /// Counts each message once, as it enters the context.
     pub(crate) counter: crate::tokens::TokenCounter,
-    /// The driver choice in use (index into `config.choices`).
-    pub(crate) active: usize,
-    /// A controller's `inference.max_tokens`, capping every later call.
-    pub(crate) max_tokens_override: Option<u32>,
     /// The (choice, cap) of the last call, to trace `control_applied` when a change takes effect.
     pub(crate) last_applied: Option<(usize, u32)>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
@@ -234,8 +244,6 @@ impl Actor for AgentLoop {
             tasks: Default::default(),
             continuation: None,
             counter: crate::tokens::TokenCounter::new(),
-            active: 0,
-            max_tokens_override: None,
             last_applied: None,
         };
         state.restore(restored);
@@ -286,7 +294,7 @@ impl Actor for AgentLoop {
             LoopMsg::Resume(reply) => match state.config.resume.clone() {
                 Some(seed) if state.running.is_none() => state.resume_task(&myself, &seed, reply).await,
                 _ => {
-                    let _ = reply.send(None);
+                    let _ = reply.send(Vec::new());
                 }
             },
             LoopMsg::EndSession(reply) => {

@@ -27,6 +27,9 @@ use crate::session::TaskOutcome;
 pub struct ResumeSeed {
     /// The interrupted task `(task_id, context_id)`, when one was running.
     pub task: Option<(String, String)>,
+    /// Tasks that were queued behind it and neither started nor canceled, in order:
+    /// `(task_id, context_id, text)`.
+    pub queued: Vec<(String, String, String)>,
     /// Tool calls that were started and never finished.
     pub interrupted: HashSet<String>,
     /// The first frame id the resumed session may use: above every id that ever reached
@@ -51,22 +54,47 @@ impl LoopState {
         self.conversation = conversation;
     }
 
-    /// Continue the interrupted task, if any; `reply` is answered when it ends.
+    /// Continue the interrupted task, if any, then the tasks that were queued behind it;
+    /// `reply` is answered when all of them ended, with their outcomes in that order.
     pub(crate) async fn resume_task(
         &mut self,
         myself: &ActorRef<LoopMsg>,
         seed: &ResumeSeed,
-        reply: RpcReplyPort<Option<TaskOutcome>>,
+        reply: RpcReplyPort<Vec<TaskOutcome>>,
     ) {
-        let Some((task_id, context_id)) = seed.task.clone() else {
-            let _ = reply.send(None);
-            return;
+        let mut waits = Vec::new();
+        let mut port = || {
+            let (tx, rx) = tokio::sync::oneshot::channel::<TaskOutcome>();
+            waits.push(rx);
+            RpcReplyPort::from(tx)
         };
-        let (tx, rx) = tokio::sync::oneshot::channel::<TaskOutcome>();
-        let port: RpcReplyPort<TaskOutcome> = tx.into();
+        let interrupted = seed.task.clone().map(|t| (t, port()));
+        for (id, context_id, text) in &seed.queued {
+            let record = super::TaskRecord {
+                id: id.clone(),
+                context_id: context_id.clone(),
+                state: capsule_protocol::frame::TaskState::Working,
+                message: "queued (recovered by a resume)".into(),
+                response: None,
+            };
+            self.tasks.insert(id.clone(), record.clone());
+            self.queue.push_back(super::Queued { record, text: text.clone(), reply: Some(port()) });
+        }
         tokio::spawn(async move {
-            let _ = reply.send(rx.await.ok());
+            let mut outcomes = Vec::new();
+            for w in waits {
+                if let Ok(o) = w.await {
+                    outcomes.push(o);
+                }
+            }
+            let _ = reply.send(outcomes);
         });
+        let Some(((task_id, context_id), port)) = interrupted else {
+            if !seed.queued.is_empty() {
+                self.trace(TraceKind::SessionResumed, json!({"task_id": null, "queued": seed.queued.len()}));
+            }
+            return self.start_queued(myself).await;
+        };
         self.attempts += 1;
         let start = self.conversation.iter().rposition(|m| m.role == Role::User).unwrap_or(0);
         let turns = self.conversation[start..].iter().filter(|m| m.role == Role::Assistant).count() as u32;
@@ -97,7 +125,7 @@ impl LoopState {
         );
         self.trace(
             TraceKind::SessionResumed,
-            json!({"task_id": task_id, "messages": self.conversation.len(), "turns": turns}),
+            json!({"task_id": task_id, "messages": self.conversation.len(), "turns": turns, "queued": seed.queued.len()}),
         );
         let last = self.conversation.last().cloned();
         match last {
@@ -115,7 +143,7 @@ impl LoopState {
                 let calls = assistant.map(|a| super::call::tool_calls(&a.content)).unwrap_or_default();
                 self.continue_calls(myself, calls, &seed.interrupted).await;
             }
-            _ => self.next_turn(myself),
+            _ => self.next_turn(myself).await,
         }
     }
 
@@ -138,8 +166,10 @@ impl LoopState {
                     "{INTERRUPTED}: the runtime stopped while `{name}` was running; it may or may not have taken effect, so it was not run again. Check before repeating it."
                 );
                 let fields = json!({"tool_call_id": id, "tool_name": name, "is_error": true, "interrupted": true, "content": content});
-                self.record_with(Message::tool_result(id.clone(), content, true), vec![(TraceKind::ToolCall, fields)])
-                    .await;
+                let result = Message::tool_result(id.clone(), content, true);
+                if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, fields)]).await {
+                    return self.fail_unjournaled(e).await;
+                }
                 next = i + 1;
                 continue;
             }

@@ -5,17 +5,20 @@ use capsule_protocol::neutral::{DriverRequest, Message, ProducedBy, Role, StopRe
 use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{LoopMsg, LoopState, TaskRecord};
 use crate::coalescer::CoalescerMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
+use crate::error::JournalError;
 use crate::gateway::InferReply;
 use crate::journal::JournalMsg;
-use crate::names::{self, lookup, role};
+use crate::names::{self, role};
+use crate::peer::{Peer, wait};
 use crate::session::TaskOutcome;
 use crate::tools::{ToolRunReply, ToolsMsg};
+use capsule_protocol::Code;
 
 /// The task being worked on.
 pub struct Running {
@@ -41,42 +44,69 @@ impl LoopState {
         &self.config.session_id
     }
 
+    fn peer(&self, role: &'static str) -> Peer {
+        Peer::of(self.sid(), role)
+    }
+
+    /// Send a frame to the emitter (which journals it to `frames.jsonl` and fans it out). An
+    /// emitter that is restarting loses the frame; the trace and conversation still have it.
     pub(crate) fn emit(&self, frame: Frame) {
-        if let Some(e) = lookup::<EmitterMsg>(&names::name(self.sid(), role::EMITTER)) {
-            let _ = e.cast(EmitterMsg::Emit(frame));
+        if let Err(e) = self.peer(role::EMITTER).tell(EmitterMsg::Emit(frame)) {
+            tracing::warn!(session = self.sid(), error = %e, "a frame was not emitted");
         }
     }
 
+    /// A trace line that no step waits for (an observation, not a step).
     pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
-        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
-            let _ = j.cast(JournalMsg::Trace(TraceEvent::new(kind, self.sid(), crate::now_ms(), fields)));
+        let event = TraceEvent::new(kind, self.sid(), crate::now_ms(), fields);
+        if let Err(e) = self.peer(role::JOURNAL).tell(JournalMsg::Trace(event)) {
+            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line was not written");
         }
     }
 
-    /// Add a message to the context; answered once it is written to the conversation record,
-    /// with `events` (trace lines that belong to the same step) written after it.
-    pub(crate) async fn record_with(&mut self, m: Message, events: Vec<(TraceKind, serde_json::Value)>) {
+    /// Add a message to the context once it is written to the conversation record, with
+    /// `events` (trace lines that belong to the same step) written after it. When the write
+    /// fails the message does not enter the context and the caller must not act on it.
+    pub(crate) async fn record_with(
+        &mut self,
+        m: Message,
+        events: Vec<(TraceKind, serde_json::Value)>,
+    ) -> Result<(), JournalError> {
+        self.journal(vec![m.clone()], events).await?;
         self.counter.push(&m);
-        self.journal(vec![m.clone()], events).await;
         self.conversation.push(m);
+        Ok(())
     }
 
-    async fn record(&mut self, m: Message) {
-        self.record_with(m, Vec::new()).await;
+    async fn record(&mut self, m: Message) -> Result<(), JournalError> {
+        self.record_with(m, Vec::new()).await
     }
 
     /// Write messages and trace events and wait until they are written.
-    pub(crate) async fn journal(&self, messages: Vec<Message>, events: Vec<(TraceKind, serde_json::Value)>) {
+    pub(crate) async fn journal(
+        &self,
+        messages: Vec<Message>,
+        events: Vec<(TraceKind, serde_json::Value)>,
+    ) -> Result<(), JournalError> {
         let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
-        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
-            let _ = j.call(|reply| JournalMsg::Append { events, messages, reply }, Some(Duration::from_secs(30))).await;
+        self.peer(role::JOURNAL).ask(|reply| JournalMsg::Append { events, messages, reply }, wait::JOURNAL).await??;
+        Ok(())
+    }
+
+    /// Make the journal durable (end of a task or session); a failure is logged, the task's
+    /// end is still reported.
+    async fn flush(&self) {
+        match self.peer(role::JOURNAL).ask(JournalMsg::Flush, wait::JOURNAL).await {
+            Ok(0) => {}
+            Ok(failed) => tracing::error!(session = self.sid(), failed, "journal writes failed in this session"),
+            Err(e) => tracing::error!(session = self.sid(), error = %e, "the journal was not flushed"),
         }
     }
 
-    async fn flush(&self) {
-        if let Some(j) = lookup::<JournalMsg>(&names::name(self.sid(), role::JOURNAL)) {
-            let _ = j.call(JournalMsg::Flush, Some(Duration::from_secs(30))).await;
-        }
+    /// End the running task because a step could not be journaled.
+    pub(crate) async fn fail_unjournaled(&mut self, e: JournalError) {
+        tracing::error!(session = self.sid(), error = %e, "a step could not be journaled");
+        self.finish(ExitStatus::Failed, e.to_string()).await;
     }
 
     pub(crate) async fn start_task(
@@ -102,37 +132,26 @@ impl LoopState {
             estimate: 0,
             choice: 0,
         };
-        if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
-            let _ = c.cast(CoalescerMsg::Reset);
-        }
+        let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Reset);
         let started = json!({"task_id": running.task_id, "context_id": running.context_id, "text": text});
         self.running = Some(running);
         // One awaited append: the user message and `task_start` are written before the task
         // acts (and before its submitter hears it was accepted).
-        self.record_with(Message::user_text(text), vec![(TraceKind::TaskStart, started)]).await;
-        self.next_turn(myself);
+        if let Err(e) = self.record_with(Message::user_text(text), vec![(TraceKind::TaskStart, started)]).await {
+            return self.fail_unjournaled(e).await;
+        }
+        self.next_turn(myself).await;
     }
 
-    pub(crate) fn next_turn(&mut self, myself: &ActorRef<LoopMsg>) {
+    pub(crate) async fn next_turn(&mut self, myself: &ActorRef<LoopMsg>) {
         let max_turns = self.config.max_turns;
         let Some(r) = self.running.as_mut() else { return };
         if r.turn >= max_turns {
-            let msg = format!(
-                "E-RUN-070: the task used all {max_turns} turns (inference.max_turns) without a final reply; raise max_turns or simplify the task"
+            let message = format!(
+                "{}: the task used all {max_turns} turns (inference.max_turns) without a final reply; raise max_turns or simplify the task",
+                Code::MaxTurns
             );
-            let myself = myself.clone();
-            let _ = myself.cast(LoopMsg::InferenceDone {
-                attempt: r.attempt,
-                reply: Box::new(InferReply {
-                    result: Err(InferenceError::Driver { message: msg }),
-                    instantiate_time: Duration::ZERO,
-                    call_time: Duration::ZERO,
-                    continuation_id: None,
-                    upstream: None,
-                }),
-            });
-            r.turn = u32::MAX; // marks "out of turns" for on_inference
-            return;
+            return self.finish(ExitStatus::MaxTurnsReached, message).await;
         }
         r.turn += 1;
         r.turn_started = Instant::now();
@@ -145,11 +164,11 @@ impl LoopState {
             is_final: false,
         });
         let c = &self.config;
-        let active = self.active;
+        let active = c.choice_in_use.get().min(c.choices.len().saturating_sub(1));
         let choice = c.choices[active].clone();
-        let max_tokens = self.max_tokens_override.unwrap_or(choice.max_tokens);
+        let max_tokens = c.cap.get().unwrap_or(choice.max_tokens);
         if !c.control_settings.is_empty() && self.last_applied.is_some_and(|l| l != (active, max_tokens)) {
-            self.trace_control(
+            self.trace(
                 TraceKind::ControlApplied,
                 json!({"task_id": task_id, "turn": turn, "driver_choice": choice.name, "max_tokens": max_tokens}),
             );
@@ -211,10 +230,6 @@ impl LoopState {
         let Some(r) = self.running.as_ref() else { return };
         let (task_id, turn) = (r.task_id.clone(), r.turn);
         let turn_ms = r.turn_started.elapsed().as_secs_f64() * 1000.0;
-        if turn == u32::MAX {
-            let msg = reply.result.err().map(|e| e.to_string()).unwrap_or_default();
-            return self.finish(ExitStatus::MaxTurnsReached, msg).await;
-        }
         self.emit(Frame::Text { id: task_id.clone(), text: String::new(), is_final: true });
         let estimate = self.running.as_ref().map(|r| r.estimate).unwrap_or(0);
         let usage = reply.result.as_ref().ok().and_then(|r| r.usage);
@@ -256,7 +271,9 @@ impl LoopState {
         let message =
             Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
-        self.record(message).await;
+        if let Err(e) = self.record(message).await {
+            return self.fail_unjournaled(e).await;
+        }
         self.continuation = match reply.continuation_id {
             Some(id) if !id.is_empty() => Some(super::HeldContinuation {
                 id,
@@ -285,7 +302,7 @@ impl LoopState {
         let declared: Vec<String> = self.config.tools.iter().map(|t| t.name.clone()).collect();
         let Some(r) = self.running.as_mut() else { return };
         let Some((_, name, input)) = r.calls.get(r.next_call).cloned() else {
-            return self.next_turn(myself);
+            return self.next_turn(myself).await;
         };
         r.call_started = Instant::now();
         let attempt = r.attempt;
@@ -303,7 +320,7 @@ impl LoopState {
                     code: None,
                 },
                 Err(r) => ToolRunReply {
-                    content: format!("{} ({})", r.error, r.reason),
+                    content: format!("{r} ({})", r.reason()),
                     is_error: true,
                     duration_ms: 0,
                     truncated: false,
@@ -326,15 +343,11 @@ impl LoopState {
             self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(),
             self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default(),
         );
-        self.journal(
-            Vec::new(),
-            vec![(
-                TraceKind::ToolCallStarted,
-                json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input}),
-            )],
-        )
-        .await;
-        let tools_name = names::name(self.sid(), role::TOOLS);
+        let started = json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input});
+        if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, started)]).await {
+            return self.fail_unjournaled(e).await;
+        }
+        let tools = self.peer(role::TOOLS);
         let myself = myself.clone();
         tokio::spawn(async move {
             let input = input.to_string();
@@ -345,9 +358,10 @@ impl LoopState {
                 truncated: false,
                 code: Some("E-RUN-050"),
             };
-            let reply = match lookup::<ToolsMsg>(&tools_name) {
-                None => crashed(),
-                Some(t) => match t.call(|reply| ToolsMsg::Run { name, input, reply }, None).await {
+            // No timeout here: the tool's own deadline (`deadline_seconds`) bounds the call.
+            let reply = match tools.find::<ToolsMsg>() {
+                Err(_) => crashed(),
+                Ok(t) => match t.call(|reply| ToolsMsg::Run { name, input, reply }, None).await {
                     Ok(ractor::rpc::CallResult::Success(r)) => r,
                     _ => crashed(),
                 },
@@ -361,20 +375,17 @@ impl LoopState {
         let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
         r.next_call += 1;
         let task_id = r.task_id.clone();
-        if let Some(c) = lookup::<CoalescerMsg>(&names::name(self.sid(), role::COALESCER)) {
-            let _ = c.cast(CoalescerMsg::Settle { id: id.clone() });
-        }
+        let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Settle { id: id.clone() });
         // A long result: the model gets all of it (the conversation record), the trace and the
         // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
         let long = reply.content.len() > ARTIFACT_FRAME_BYTES;
         let output_file = if long { self.keep_output(&id, &reply.content) } else { None };
         let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
         let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
-        self.record_with(
-            Message::tool_result(id.clone(), reply.content.clone(), reply.is_error),
-            vec![(TraceKind::ToolCall, finished)],
-        )
-        .await;
+        let result = Message::tool_result(id.clone(), reply.content.clone(), reply.is_error);
+        if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, finished)]).await {
+            return self.fail_unjournaled(e).await;
+        }
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {
@@ -421,7 +432,7 @@ impl LoopState {
         if let Err(e) = written {
             tracing::error!(error = %e, path = %result_path.display(), "E-RUN-060: cannot write result.txt");
         }
-        let turns = if r.turn == u32::MAX { self.config.max_turns } else { r.turn };
+        let turns = r.turn;
         self.trace(
             TraceKind::TaskEnd,
             json!({"task_id": r.task_id, "exit_status": status.as_str(), "turns": turns, "duration_ms": r.started.elapsed().as_millis() as u64, "message": if status == ExitStatus::Ok { serde_json::Value::Null } else { json!(text) }}),

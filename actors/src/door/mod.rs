@@ -9,7 +9,6 @@
 //! `:heartbeat` comment every [`HEARTBEAT`]. A reader that does not read never stalls the
 //! others: each connection has its own bounded queue at the emitter.
 
-mod control;
 mod methods;
 mod rpc;
 mod sse;
@@ -30,8 +29,8 @@ pub fn app(session: Arc<Session>) -> Router {
     Router::new()
         .route("/.well-known/agent-card.json", get(methods::agent_card))
         .route("/", post(methods::rpc))
-        .route("/control", any(control::handle))
-        .route("/control/{*rest}", any(control::handle))
+        .route("/control", any(crate::control::handle))
+        .route("/control/{*rest}", any(crate::control::handle))
         .layer(axum::middleware::from_fn(|req, next| {
             crate::local_origin::middleware(crate::local_origin::Guard { json_posts: false }, req, next)
         }))
