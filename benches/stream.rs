@@ -149,8 +149,13 @@ async fn coalescer() {
     )
     .await
     .expect("emitter");
-    let (coal, ch) =
-        Actor::spawn(Some("bench-coalescer/coalescer".into()), Coalescer, emitter_name).await.expect("coalescer");
+    let (coal, ch) = Actor::spawn(
+        Some("bench-coalescer/coalescer".into()),
+        Coalescer,
+        capsule_actors::peer::Peer::of("bench-coalescer", "emitter"),
+    )
+    .await
+    .expect("coalescer");
     for calls in [1usize, 100] {
         let mut runs = Vec::new();
         for _ in 0..3 {

@@ -6,6 +6,7 @@
 
 use capsule_actors::machine_meter::{MachineArgs, MachineMeter, MachineMsg};
 use capsule_actors::{EndpointOverride, LaunchOptions, Session, TaskOutcome};
+use capsule_protocol::Code;
 use capsule_protocol::host_config::HostConfig;
 use capsule_protocol::trace::ExitStatus;
 use capsule_runtime::{Host, HostOptions};
@@ -80,8 +81,9 @@ pub fn load_host_config(explicit: Option<&PathBuf>) -> Result<(HostConfig, Optio
     let Some(path) = config_path(explicit) else { return Ok((HostConfig::default(), None)) };
     let text = std::fs::read_to_string(&path).map_err(|e| {
         format!(
-            "E-MAN-001 at {}: cannot read the host config: {e} (fix: pass an existing file to --config)",
-            path.display()
+            "{code} at {}: cannot read the host config: {e} (fix: pass an existing file to --config)",
+            path.display(),
+            code = Code::ManifestMissing
         )
     })?;
     let config = capsule_protocol::host_config::parse(&text, &path.display().to_string()).map_err(|d| d.to_string())?;
@@ -100,9 +102,14 @@ fn default_ledger_dir() -> PathBuf {
 pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRef<MachineMsg>>, String> {
     let Some(ceiling) = config.spend.machine_tokens_per_day else { return Ok(None) };
     let dir = config.spend.ledger_dir.as_ref().map(PathBuf::from).unwrap_or_else(default_ledger_dir);
-    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling)))
-        .await
-        .map_err(|e| format!("E-RUN-050: the host spend meter could not start with ledger {}: {e}", dir.display()))?;
+    let (meter, _) =
+        ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling))).await.map_err(|e| {
+            format!(
+                "{code}: the host spend meter could not start with ledger {}: {e}",
+                dir.display(),
+                code = Code::ActorCrashed
+            )
+        })?;
     Ok(Some(meter))
 }
 
@@ -155,7 +162,8 @@ pub fn loopback_bind(bind: std::net::IpAddr) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "E-RUN-061 at --bind: `{bind}` is not a loopback address; the door has no authentication, so anyone who can reach {bind} could submit tasks, read every frame and cancel work (fix: use 127.0.0.1 or ::1, and reach the door through an authenticating proxy or an SSH tunnel)"
+        "{code} at --bind: `{bind}` is not a loopback address; the door has no authentication, so anyone who can reach {bind} could submit tasks, read every frame and cancel work (fix: use 127.0.0.1 or ::1, and reach the door through an authenticating proxy or an SSH tunnel)",
+        code = Code::DoorBind
     ))
 }
 
@@ -243,8 +251,9 @@ pub async fn run_with(
             Some(m) => m,
             None => {
                 eprintln!(
-                    "error: E-RUN-060 at {}: the session's trace names no manifest (fix: pass the capsule folder before --resume)",
-                    dir.display()
+                    "error: {code} at {}: the session's trace names no manifest (fix: pass the capsule folder before --resume)",
+                    dir.display(),
+                    code = Code::SessionIo
                 );
                 return ExitCode::from(2);
             }

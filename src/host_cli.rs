@@ -9,6 +9,7 @@
 //! stop the host: it is reported (`crashed`, then `failed`) and the others serve.
 
 use capsule_actors::host::{CapsuleEntry, HostHandle, RestartPolicy, Shared, api};
+use capsule_protocol::Code;
 use capsule_protocol::host_file::{self, HostPlan};
 use capsule_runtime::{Host, HostOptions};
 use std::path::{Path, PathBuf};
@@ -38,8 +39,9 @@ fn plan(target: &Path) -> Result<HostPlan, String> {
     if target.is_dir() {
         let entries = std::fs::read_dir(target).map_err(|e| {
             format!(
-                "E-MAN-001 at {}: cannot list the folder: {e} (fix: pass a readable folder of capsule folders)",
-                target.display()
+                "{code} at {}: cannot list the folder: {e} (fix: pass a readable folder of capsule folders)",
+                target.display(),
+                code = Code::ManifestMissing
             )
         })?;
         let folders: Vec<String> = entries
@@ -50,7 +52,12 @@ fn plan(target: &Path) -> Result<HostPlan, String> {
         return host_file::plan_folders(target, &folders).map_err(|d| d.to_string());
     }
     let origin = target.display().to_string();
-    let text = std::fs::read_to_string(target).map_err(|e| format!("E-MAN-001 at {origin}: cannot read the host file: {e} (fix: pass a host.yaml or a folder of capsule folders)"))?;
+    let text = std::fs::read_to_string(target).map_err(|e| {
+        format!(
+            "{code} at {origin}: cannot read the host file: {e} (fix: pass a host.yaml or a folder of capsule folders)",
+            code = Code::ManifestMissing
+        )
+    })?;
     let file = host_file::parse(&text, &origin).map_err(|d| d.to_string())?;
     file.plan(target.parent().unwrap_or(Path::new(".")), &origin).map_err(|d| d.to_string())
 }
@@ -107,7 +114,7 @@ pub async fn host(args: HostArgs) -> ExitCode {
     let handle = match HostHandle::start(plan.capsules, shared, RestartPolicy::default()).await {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("error: E-RUN-050: the host supervisor could not start: {}", chain(&e));
+            eprintln!("error: {code}: the host supervisor could not start: {}", chain(&e), code = Code::ActorCrashed);
             return ExitCode::from(2);
         }
     };

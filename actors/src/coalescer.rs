@@ -132,19 +132,19 @@ impl ProgressRules {
     }
 }
 
-/// The actor; its argument is the emitter's registry name.
+/// The actor; its argument is the session's emitter.
 pub struct Coalescer;
 
 /// State.
 pub struct CoalescerState {
     rules: ProgressRules,
-    emitter: String,
+    emitter: crate::peer::Peer,
 }
 
 impl CoalescerState {
     fn emit(&self, frame: Frame) {
-        if let Some(e) = crate::names::lookup::<EmitterMsg>(&self.emitter) {
-            let _ = e.cast(EmitterMsg::Emit(frame));
+        if let Err(e) = self.emitter.tell(EmitterMsg::Emit(frame)) {
+            tracing::warn!(error = %e, "a progress frame was not emitted");
         }
     }
 }
@@ -152,12 +152,12 @@ impl CoalescerState {
 impl Actor for Coalescer {
     type Msg = CoalescerMsg;
     type State = CoalescerState;
-    type Arguments = String;
+    type Arguments = crate::peer::Peer;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<CoalescerMsg>,
-        emitter: String,
+        emitter: crate::peer::Peer,
     ) -> Result<CoalescerState, ActorProcessingErr> {
         Ok(CoalescerState { rules: ProgressRules::default(), emitter })
     }

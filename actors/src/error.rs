@@ -17,7 +17,7 @@ pub enum LaunchError {
     #[error("the sandbox host could not start")]
     Host(#[source] LoadError),
     /// A session file could not be written.
-    #[error("E-RUN-060: cannot write session files under {path}; check the workdir is writable")]
+    #[error("{code}: cannot write session files under {path}; check the workdir is writable", code = Code::SessionIo)]
     Io {
         /// The path.
         path: std::path::PathBuf,
@@ -28,12 +28,12 @@ pub enum LaunchError {
     /// A session file or folder is not one the host made (a symlink, a hard link, another
     /// user's, not a regular file), or a tool's scope is a link.
     #[error(
-        "E-RUN-062: {0}; the host never follows links in a session folder or the workdir: remove what was planted, or start a new session"
+        "{code}: {0}; the host never follows links in a session folder or the workdir: remove what was planted, or start a new session", code = Code::SessionFileRefused
     )]
     Files(#[source] capsule_runtime::BeneathError),
     /// A journal file has a damaged line in the middle; `--repair` keeps the valid prefix.
     #[error(
-        "E-RUN-063: {file} is damaged at line {line} ({good} good lines before it, {lines} from there on); nothing was resumed. Pass --repair to keep the first {good} lines and drop the rest, or keep the folder for inspection"
+        "{code}: {file} is damaged at line {line} ({good} good lines before it, {lines} from there on); nothing was resumed. Pass --repair to keep the first {good} lines and drop the rest, or keep the folder for inspection", code = Code::JournalDamaged
     )]
     JournalDamaged {
         /// The file.
@@ -46,7 +46,7 @@ pub enum LaunchError {
         good: usize,
     },
     /// An actor could not be spawned.
-    #[error("E-RUN-050: the {role} actor could not start")]
+    #[error("{code}: the {role} actor could not start", code = Code::ActorCrashed)]
     Spawn {
         /// Which.
         role: String,
@@ -83,13 +83,13 @@ pub enum InferenceError {
     #[error(transparent)]
     Guest(#[from] CallError),
     /// The driver reported a failed call (provider error, malformed stream...).
-    #[error("E-RUN-040: inference failed: {message}")]
+    #[error("{code}: inference failed: {message}", code = Code::InferenceFailed)]
     Driver {
         /// The driver's message (status and body of a provider error, the stream problem...).
         message: String,
     },
     /// The driver answered something that is not the neutral response.
-    #[error("E-RUN-041: driver `{artifact}` answered data that is not a neutral response; the driver is broken")]
+    #[error("{code}: driver `{artifact}` answered data that is not a neutral response; the driver is broken", code = Code::DriverProtocol)]
     Protocol {
         /// Which driver.
         artifact: String,
@@ -98,7 +98,7 @@ pub enum InferenceError {
         source: serde_json::Error,
     },
     /// The credential could not be produced.
-    #[error("E-RUN-025: credential for driver `{artifact}` is unavailable: {why}")]
+    #[error("{code}: credential for driver `{artifact}` is unavailable: {why}", code = Code::CredentialUnresolved)]
     Credential {
         /// Which driver.
         artifact: String,
@@ -113,7 +113,7 @@ pub enum InferenceError {
     },
     /// The gateway actor crashed or is gone; its supervisor restarts it.
     #[error(
-        "E-RUN-050: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again"
+        "{code}: the gateway for `{artifact}` crashed during the call and is being restarted; submit the task again", code = Code::ActorCrashed
     )]
     GatewayDown {
         /// Which driver.

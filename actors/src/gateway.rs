@@ -16,7 +16,8 @@ use crate::coalescer::CoalescerMsg;
 use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
-use crate::names::{lookup, name, role};
+use crate::names::role;
+use crate::peer::{Peer, wait};
 use crate::sink::DriverSink;
 
 /// Messages.
@@ -99,16 +100,8 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
-    let route = match lookup::<CredentialsMsg>(&name(sid, role::CREDENTIALS)) {
-        Some(c) => match c
-            .call(|reply| CredentialsMsg::Route { artifact: artifact.clone(), reply }, Some(Duration::from_secs(10)))
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => Err("the credentials actor did not answer".to_string()),
-        },
-        None => Err("the credentials actor is not running".to_string()),
-    };
+    let ask = |reply| CredentialsMsg::Route { artifact: artifact.clone(), reply };
+    let route = Peer::of(sid, role::CREDENTIALS).ask(ask, wait::CONTROL).await.unwrap_or_else(|e| Err(e.to_string()));
     let route = match route {
         Ok(r) => r,
         Err(why) => {
@@ -128,9 +121,9 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
             *v = request.model.clone();
         }
     }
-    let coalescer = lookup::<CoalescerMsg>(&name(sid, role::COALESCER));
-    let sink =
-        DriverSink { task_id, emitter: lookup::<EmitterMsg>(&name(sid, role::EMITTER)), coalescer: coalescer.clone() };
+    let coalescer = Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok();
+    let emitter = Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok();
+    let sink = DriverSink { task_id, emitter, coalescer: coalescer.clone() };
     let input = match serde_json::to_string(&request) {
         Ok(s) => s,
         Err(source) => {
@@ -147,8 +140,9 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
         .artifact
         .call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None })
         .await;
-    if let Some(c) = coalescer {
-        let _ = c.call(CoalescerMsg::CompleteAll, Some(Duration::from_secs(10))).await;
+    // The flush frames are with the emitter before the answer (frame order per task).
+    if let Err(e) = Peer::of(sid, role::COALESCER).ask(CoalescerMsg::CompleteAll, wait::COALESCE).await {
+        tracing::warn!(session = %sid, error = %e, "progress frames were not flushed before the answer");
     }
     let mut continuation_id = None;
     let result = match outcome.result {

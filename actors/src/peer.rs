@@ -20,6 +20,9 @@ pub mod wait {
     pub const JOURNAL: Duration = Duration::from_secs(30);
     /// Draining the coalescer's held progress frames.
     pub const COALESCE: Duration = Duration::from_secs(10);
+    /// A question answered when work ends (a task, a resume): bounded by the work's own
+    /// limits (turns, deadlines), not by a clock here.
+    pub const UNTIL_DONE: Duration = Duration::MAX;
 }
 
 /// Why a peer gave no answer.
@@ -82,7 +85,8 @@ impl Peer {
         wait: Duration,
     ) -> Result<R, PeerError> {
         let peer = self.find::<M>()?;
-        match peer.call(question, Some(wait)).await {
+        let timeout = (wait != Duration::MAX).then_some(wait);
+        match peer.call(question, timeout).await {
             Ok(CallResult::Success(r)) => Ok(r),
             Ok(CallResult::Timeout) => Err(PeerError::Timeout { role: self.role, after: wait }),
             Ok(CallResult::SenderError) | Err(_) => Err(PeerError::Dropped { role: self.role }),

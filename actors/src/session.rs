@@ -26,9 +26,11 @@ use crate::error::LaunchError;
 use crate::gateway::{GatewayArgs, GatewayMsg};
 use crate::journal::{JournalArgs, JournalMsg};
 use crate::launch::{LaunchOptions, prepare, tool_specs};
-use crate::names::{self, lookup, role};
+use crate::names::{self, role};
+use crate::peer::{Peer, PeerError, wait};
 use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, SupervisorMsg};
 use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
+use capsule_protocol::Code;
 
 /// How a task ended, as its submitter sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,9 +63,10 @@ pub struct ControlHandle {
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    /// The agent loop is not running (crashed and not yet back, or stopped).
-    #[error("E-RUN-050: the agent loop is not running")]
-    LoopDown,
+    /// An actor of the session did not answer: not running (restarting or stopped), stopped
+    /// before answering, or too slow.
+    #[error("{code}: {0}", code = Code::ActorCrashed)]
+    Peer(#[from] crate::peer::PeerError),
 }
 
 /// Control refusals traced in full per second; more are only counted (a flood of bad requests
@@ -103,6 +106,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// This session's actor with `role`.
+    pub(crate) fn peer(&self, role: &'static str) -> Peer {
+        Peer::of(&self.session_id, role)
+    }
+
     /// Prepare and start a session.
     pub async fn launch(opts: LaunchOptions) -> Result<Session, LaunchError> {
         Self::start(opts, None, None).await
@@ -111,11 +119,7 @@ impl Session {
     /// Answer once every trace line sent before is written and synced (the journal's mailbox
     /// is FIFO); `None` when the journal is not running.
     pub async fn flush_journal(&self) -> Option<u64> {
-        let j = lookup::<JournalMsg>(&names::name(&self.session_id, role::JOURNAL))?;
-        match j.call(JournalMsg::Flush, Some(Duration::from_secs(30))).await {
-            Ok(ractor::rpc::CallResult::Success(failed)) => Some(failed),
-            _ => None,
-        }
+        self.peer(role::JOURNAL).ask(JournalMsg::Flush, wait::JOURNAL).await.ok()
     }
 
     /// Whether a refusal may be traced now: `Some(n)` with the refusals counted but not traced
@@ -144,11 +148,8 @@ impl Session {
     /// Continue the task a resumed session was running, then the tasks that were queued
     /// behind it; their outcomes in that order (empty when there were none).
     pub async fn resume_task(&self) -> Result<Vec<TaskOutcome>, SessionError> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l.call(LoopMsg::Resume, None).await {
-            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
-            _ => Err(SessionError::LoopDown),
-        }
+        // No timeout: it answers when the recovered tasks ended.
+        Ok(self.peer(role::LOOP).ask(LoopMsg::Resume, wait::UNTIL_DONE).await?)
     }
 
     pub(crate) async fn start(
@@ -308,30 +309,23 @@ impl Session {
     }
 
     pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
-        if let Some(j) = lookup::<JournalMsg>(&names::name(&self.session_id, role::JOURNAL)) {
-            let _ = j.cast(JournalMsg::Trace(TraceEvent::new(kind, &self.session_id, crate::now_ms(), fields)));
+        let event = TraceEvent::new(kind, &self.session_id, crate::now_ms(), fields);
+        if let Err(e) = self.peer(role::JOURNAL).tell(JournalMsg::Trace(event)) {
+            tracing::error!(session = self.session_id, error = %e, kind = kind.as_str(), "a trace line was not written");
         }
     }
 
     /// Submit the launch task and wait for it to end.
     pub async fn submit(&self, text: &str) -> Result<TaskOutcome, SessionError> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l
-            .call(
-                |reply| LoopMsg::Submit {
-                    text: text.to_string(),
-                    context_id: None,
-                    origin: Origin::Launch,
-                    accepted: None,
-                    reply: Some(reply),
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
-            _ => Err(SessionError::LoopDown),
-        }
+        let text = text.to_string();
+        let submit = |reply| LoopMsg::Submit {
+            text,
+            context_id: None,
+            origin: Origin::Launch,
+            accepted: None,
+            reply: Some(reply),
+        };
+        Ok(self.peer(role::LOOP).ask(submit, wait::UNTIL_DONE).await?)
     }
 
     /// Submit a task from a door client: answers as soon as it is accepted, queued or
@@ -341,47 +335,36 @@ impl Session {
         text: &str,
         context_id: Option<String>,
     ) -> Result<(TaskRecord, oneshot::Receiver<TaskOutcome>), SessionError> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
+        let loop_peer = self.peer(role::LOOP);
         let (acc_tx, acc_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let port: ractor::RpcReplyPort<TaskOutcome> = done_tx.into();
-        l.cast(LoopMsg::Submit {
+        loop_peer.tell(LoopMsg::Submit {
             text: text.to_string(),
             context_id,
             origin: Origin::Door,
             accepted: Some(acc_tx),
             reply: Some(port),
-        })
-        .map_err(|_| SessionError::LoopDown)?;
-        let record = acc_rx.await.map_err(|_| SessionError::LoopDown)?;
+        })?;
+        let record = acc_rx.await.map_err(|_| PeerError::Dropped { role: role::LOOP })?;
         Ok((record, done_rx))
     }
 
     /// A task's record.
     pub async fn get_task(&self, id: &str) -> Result<Option<TaskRecord>, SessionError> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l.call(|reply| LoopMsg::GetTask { id: id.to_string(), reply }, Some(Duration::from_secs(10))).await {
-            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
-            _ => Err(SessionError::LoopDown),
-        }
+        let id = id.to_string();
+        Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::GetTask { id, reply }, wait::CONTROL).await?)
     }
 
     /// Cancel a task.
     pub async fn cancel(&self, id: &str) -> Result<Option<TaskRecord>, SessionError> {
-        let l = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)).ok_or(SessionError::LoopDown)?;
-        match l.call(|reply| LoopMsg::Cancel { id: id.to_string(), reply }, Some(Duration::from_secs(30))).await {
-            Ok(ractor::rpc::CallResult::Success(o)) => Ok(o),
-            _ => Err(SessionError::LoopDown),
-        }
+        let id = id.to_string();
+        Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::Cancel { id, reply }, wait::JOURNAL).await?)
     }
 
     /// Subscribe to frames (after a `Last-Event-ID` when given).
     pub async fn subscribe(&self, after: Option<u64>) -> Option<mpsc::Receiver<NumberedFrame>> {
-        let e = lookup::<EmitterMsg>(&names::name(&self.session_id, role::EMITTER))?;
-        match e.call(|reply| EmitterMsg::Subscribe { after, reply }, Some(Duration::from_secs(5))).await {
-            Ok(ractor::rpc::CallResult::Success(rx)) => Some(rx),
-            _ => None,
-        }
+        self.peer(role::EMITTER).ask(|reply| EmitterMsg::Subscribe { after, reply }, wait::CONTROL).await.ok()
     }
 
     /// Restart counts by child role.
@@ -411,30 +394,25 @@ impl Session {
 
     /// Test hook: make the gateway of `artifact` panic.
     pub fn inject_gateway_panic(&self, artifact: &str) -> bool {
-        lookup::<GatewayMsg>(&names::gateway(&self.session_id, artifact))
-            .is_some_and(|g| g.cast(GatewayMsg::InjectPanic).is_ok())
+        Peer::gateway(&self.session_id, artifact).tell(GatewayMsg::InjectPanic).is_ok()
     }
 
-    /// Test hook: make the tools actor panic.
+    /// Test hook: make the credentials actor panic (it is restarted).
     pub fn inject_credentials_panic(&self) -> bool {
-        lookup::<CredentialsMsg>(&names::name(&self.session_id, role::CREDENTIALS))
-            .is_some_and(|c| c.cast(CredentialsMsg::InjectPanic).is_ok())
+        self.peer(role::CREDENTIALS).tell(CredentialsMsg::InjectPanic).is_ok()
     }
 
     /// Test hook: make the tools actor panic (it is restarted).
     pub fn inject_tools_panic(&self) -> bool {
-        lookup::<ToolsMsg>(&names::name(&self.session_id, role::TOOLS))
-            .is_some_and(|t| t.cast(ToolsMsg::InjectPanic).is_ok())
+        self.peer(role::TOOLS).tell(ToolsMsg::InjectPanic).is_ok()
     }
 
     /// Write `session_end`, tell watchers `capsule-closed`, flush, and stop the tree.
     pub async fn shutdown(&self) {
-        if let Some(l) = lookup::<LoopMsg>(&names::name(&self.session_id, role::LOOP)) {
-            let _ = l.call(LoopMsg::EndSession, Some(Duration::from_secs(30))).await;
+        if let Err(e) = self.peer(role::LOOP).ask(LoopMsg::EndSession, wait::JOURNAL).await {
+            tracing::warn!(session = self.session_id, error = %e, "session_end was not written");
         }
-        if let Some(e) = lookup::<EmitterMsg>(&names::name(&self.session_id, role::EMITTER)) {
-            let _ = e.call(EmitterMsg::Close, Some(Duration::from_secs(5))).await;
-        }
+        let _ = self.peer(role::EMITTER).ask(EmitterMsg::Close, wait::CONTROL).await;
         let _ = self.supervisor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }
 }

@@ -30,6 +30,7 @@
 #[path = "spend_tests.rs"]
 mod tests;
 
+use capsule_protocol::Code;
 use capsule_protocol::neutral::Usage;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -79,8 +80,8 @@ impl Limit {
     /// The diagnostic code.
     pub fn code(self) -> &'static str {
         match self {
-            Limit::Session => "E-RUN-080",
-            Limit::Machine | Limit::MachineUnavailable => "E-RUN-081",
+            Limit::Session => Code::SessionCeiling.as_str(),
+            Limit::Machine | Limit::MachineUnavailable => Code::MachineCeiling.as_str(),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! back from their arguments (they hold no state between calls); the emitter continues the
 //! frame-id sequence; the loop comes back empty (a task in flight ends failed for its client).
 
+use capsule_protocol::Code;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde_json::json;
 use std::collections::{HashMap, VecDeque};
@@ -133,7 +134,10 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, a, sup).await?.0.get_cell(),
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => {
-            Actor::spawn_linked(name, Coalescer, names::name(session_id, role::EMITTER), sup).await?.0.get_cell()
+            Actor::spawn_linked(name, Coalescer, crate::peer::Peer::of(session_id, role::EMITTER), sup)
+                .await?
+                .0
+                .get_cell()
         }
         ChildSpec::Credentials(a) => Actor::spawn_linked(name, Credentials, *a, sup).await?.0.get_cell(),
         ChildSpec::Spend(a) => Actor::spawn_linked(name, SpendMeter, *a, sup).await?.0.get_cell(),
@@ -196,7 +200,7 @@ impl Actor for CapsuleSupervisor {
                 }
                 if state.recent.len() > MAX_RESTARTS {
                     tracing::error!(session = %state.session_id, %role, "crash loop: more than {MAX_RESTARTS} restarts in {RESTART_PERIOD:?}; stopping the capsule");
-                    myself.stop(Some(format!("E-RUN-050: crash loop in {role}")));
+                    myself.stop(Some(format!("{code}: crash loop in {role}", code = Code::ActorCrashed)));
                     return Ok(());
                 }
                 // The first failure in the window restarts at once (restart-to-serving is a
@@ -230,14 +234,14 @@ async fn restart(
     tracing::warn!(session = %state.session_id, %role, %error, "restarting child");
     let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
     *state.restarts.entry(role.clone()).or_default() += 1;
-    if let Some(j) = names::lookup::<JournalMsg>(&names::name(&state.session_id, role::JOURNAL)) {
-        let ev = TraceEvent::new(
-            TraceKind::ActorRestarted,
-            &state.session_id,
-            crate::now_ms(),
-            json!({"actor": role, "error": error}),
-        );
-        let _ = j.cast(JournalMsg::Trace(ev));
+    let ev = TraceEvent::new(
+        TraceKind::ActorRestarted,
+        &state.session_id,
+        crate::now_ms(),
+        json!({"actor": role, "error": error}),
+    );
+    if let Err(e) = crate::peer::Peer::of(&state.session_id, role::JOURNAL).tell(JournalMsg::Trace(ev)) {
+        tracing::error!(session = %state.session_id, error = %e, "an actor_restarted line was not written");
     }
     state.children.insert(new.get_id(), (role, spec));
     Ok(())

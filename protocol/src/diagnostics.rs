@@ -70,6 +70,9 @@ pub enum Code {
     SessionFileRefused,
     /// The task ran out of turns.
     MaxTurns,
+    /// A tool call was running when the process stopped; on resume the model is told it may
+    /// or may not have taken effect, and it is not run again.
+    ToolInterrupted,
     /// An alternate driver choice is staged unavailable: its credential resolves nowhere.
     AlternateUnavailable,
     /// The model is not in the built-in table; defaults are used.
@@ -84,7 +87,7 @@ pub enum Code {
 
 impl Code {
     /// The stable string form, e.g. `E-MAN-003`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Code::ManifestMissing => "E-MAN-001",
             Code::ManifestSyntax => "E-MAN-002",
@@ -115,6 +118,7 @@ impl Code {
             Code::JournalDamaged => "E-RUN-063",
             Code::JournalUnavailable => "E-RUN-064",
             Code::MaxTurns => "E-RUN-070",
+            Code::ToolInterrupted => "E-RUN-090",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",
@@ -205,5 +209,91 @@ impl std::error::Error for Diagnostics {}
 impl From<Diagnostic> for Diagnostics {
     fn from(d: Diagnostic) -> Self {
         Diagnostics(vec![d])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Code;
+    use std::path::{Path, PathBuf};
+
+    /// Every code of the enum, read from its own `as_str` table.
+    fn table() -> Vec<String> {
+        let me = include_str!("diagnostics.rs");
+        me.lines()
+            .filter_map(|l| l.trim().strip_prefix("Code::"))
+            .filter_map(|l| l.split('"').nth(1))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn every_code_is_unique_and_shaped_like_a_code() {
+        let codes = table();
+        assert!(codes.len() > 30, "the table was read: {codes:?}");
+        let mut seen = std::collections::HashSet::new();
+        for c in &codes {
+            assert!(seen.insert(c.clone()), "{c} is used by two variants");
+            let parts: Vec<&str> = c.split('-').collect();
+            assert!(
+                parts.len() == 3
+                    && matches!(parts[0], "E" | "W")
+                    && parts[1].len() == 3
+                    && parts[2].len() == 3
+                    && parts[2].bytes().all(|b| b.is_ascii_digit()),
+                "{c}"
+            );
+        }
+        assert_eq!(Code::MaxTurns.as_str(), "E-RUN-070");
+    }
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("source folder").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// A code written as a literal in a message can drift from `Code` (the number changes in
+    /// one place, not the other); every message takes its code from `Code`. Tests may spell
+    /// codes out: they assert what users see.
+    #[test]
+    fn no_message_outside_this_table_spells_a_code_out() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        for crate_src in ["actors/src", "runtime/src", "protocol/src", "src", "stub/src"] {
+            rust_files(&root.join(crate_src), &mut files);
+        }
+        assert!(files.len() > 50, "the sources were found");
+        let mut found = Vec::new();
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name == "diagnostics.rs" || name.ends_with("tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).expect("read");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (i, line) in code.lines().enumerate() {
+                let t = line.trim_start();
+                if t.starts_with("//") {
+                    continue;
+                }
+                let spelled = line.match_indices("E-").chain(line.match_indices("W-")).any(|(at, _)| {
+                    let rest = &line.as_bytes()[at + 2..];
+                    rest.len() >= 7
+                        && rest[..3].iter().all(u8::is_ascii_uppercase)
+                        && rest[3] == b'-'
+                        && rest[4..7].iter().all(u8::is_ascii_digit)
+                });
+                if spelled {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, t));
+                }
+            }
+        }
+        assert!(found.is_empty(), "codes spelled out instead of taken from `Code`:\n{}", found.join("\n"));
     }
 }

@@ -12,7 +12,7 @@ pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub enum LoadError {
     /// The file does not exist or cannot be read.
     #[error(
-        "E-CAP-001: artifact `{artifact}`: cannot read {path}; check `source:` (relative paths resolve against the manifest's folder)"
+        "{code}: artifact `{artifact}`: cannot read {path}; check `source:` (relative paths resolve against the manifest's folder)", code = Code::ArtifactSourceMissing
     )]
     Read {
         /// Artifact name.
@@ -25,7 +25,7 @@ pub enum LoadError {
     },
     /// The bytes are not a WebAssembly component.
     #[error(
-        "E-CAP-002: artifact `{artifact}`: {path} is not a WebAssembly component ({what}); build it for wasm32-wasip2 as a component"
+        "{code}: artifact `{artifact}`: {path} is not a WebAssembly component ({what}); build it for wasm32-wasip2 as a component", code = Code::ArtifactNotComponent
     )]
     NotComponent {
         /// Artifact name.
@@ -37,7 +37,7 @@ pub enum LoadError {
     },
     /// The component lacks `murmur:tool/run@0.1.0`.
     #[error(
-        "E-CAP-003: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it"
+        "{code}: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it", code = Code::ArtifactMissingExport
     )]
     MissingExport {
         /// Artifact name.
@@ -47,7 +47,7 @@ pub enum LoadError {
     },
     /// The component imports an interface the host does not provide.
     #[error(
-        "E-CAP-004: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)"
+        "{code}: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)", code = Code::ArtifactUnknownImport
     )]
     UnknownImport {
         /// Artifact name.
@@ -56,7 +56,7 @@ pub enum LoadError {
         interface: String,
     },
     /// Compilation or linking failed.
-    #[error("E-CAP-005: artifact `{artifact}` failed to compile or link; rebuild it for wasm32-wasip2")]
+    #[error("{code}: artifact `{artifact}` failed to compile or link; rebuild it for wasm32-wasip2", code = Code::ArtifactCompile)]
     Compile {
         /// Artifact name.
         artifact: String,
@@ -84,7 +84,7 @@ impl LoadError {
 pub enum CallError {
     /// The call ran past its deadline and was interrupted.
     #[error(
-        "E-RUN-030: `{artifact}` ran past its deadline of {seconds} s and was stopped; raise capabilities.limits.deadline_seconds if the work is legitimately long"
+        "{code}: `{artifact}` ran past its deadline of {seconds} s and was stopped; raise capabilities.limits.deadline_seconds if the work is legitimately long", code = Code::DeadlineExceeded
     )]
     Deadline {
         /// Artifact name.
@@ -94,7 +94,7 @@ pub enum CallError {
     },
     /// The guest tried to grow memory (or a table) past its limit.
     #[error(
-        "E-RUN-031: `{artifact}` tried to grow {what} past its limit of {limit}; raise capabilities.limits.{key} if it legitimately needs more"
+        "{code}: `{artifact}` tried to grow {what} past its limit of {limit}; raise capabilities.limits.{key} if it legitimately needs more", code = Code::MemoryLimit
     )]
     MemoryLimit {
         /// Artifact name.
@@ -107,7 +107,7 @@ pub enum CallError {
         key: &'static str,
     },
     /// The guest trapped (a panic, `unreachable`, an out-of-bounds access...).
-    #[error("E-RUN-032: `{artifact}` crashed (trap: {trap}){stderr_note}; this is a bug in the artifact")]
+    #[error("{code}: `{artifact}` crashed (trap: {trap}){stderr_note}; this is a bug in the artifact", code = Code::GuestTrap)]
     Trap {
         /// Artifact name.
         artifact: String,
@@ -121,7 +121,7 @@ pub enum CallError {
     },
     /// The call reached a host-side budget (WASI resources, bytes written, result size).
     #[error(
-        "E-RUN-033: `{artifact}` reached the host's limit on {what} ({limit}); raise capabilities.limits.{key} if it legitimately needs more"
+        "{code}: `{artifact}` reached the host's limit on {what} ({limit}); raise capabilities.limits.{key} if it legitimately needs more", code = Code::HostLimit
     )]
     HostLimit {
         /// Artifact name.
@@ -135,7 +135,7 @@ pub enum CallError {
     },
     /// The tool's scope is not a plain folder inside the workdir right now.
     #[error(
-        "E-RUN-034: `{artifact}` was not run: its scope {source}; something replaced the folder, remove the link or point filesystem.scope elsewhere"
+        "{code}: `{artifact}` was not run: its scope {source}; something replaced the folder, remove the link or point filesystem.scope elsewhere", code = Code::ScopeRefused
     )]
     Scope {
         /// Artifact name.
@@ -145,7 +145,7 @@ pub enum CallError {
         source: crate::beneath::BeneathError,
     },
     /// The instance could not be created (pool exhausted, start function failed...).
-    #[error("E-CAP-005: `{artifact}` could not be instantiated")]
+    #[error("{code}: `{artifact}` could not be instantiated", code = Code::ArtifactCompile)]
     Instantiate {
         /// Artifact name.
         artifact: String,

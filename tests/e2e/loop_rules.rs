@@ -32,6 +32,11 @@ async fn a_task_that_never_stops_calling_tools_ends_max_turns_reached() {
     let session = cap.launch().await.expect("launch");
     let (outcome, frames) = run_task(&session, "x").await;
     assert_eq!(outcome.exit_status, ExitStatus::MaxTurnsReached, "{}", outcome.message);
+    assert!(
+        outcome.message.starts_with("E-RUN-070: the task used all 2 turns (inference.max_turns) without a final reply"),
+        "one code, its own, with what to do: {}",
+        outcome.message
+    );
     assert_eq!(stub.requests().len(), 2, "exactly max_turns calls were made");
     let finals = frames.iter().filter(|f| matches!(f.frame, Frame::Status { is_final: true, .. })).count();
     assert_eq!(finals, 1);

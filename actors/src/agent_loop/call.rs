@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::error::InferenceError;
 use crate::gateway::{GatewayMsg, InferReply};
-use crate::names::lookup;
+use crate::peer::{Peer, PeerError, wait};
 use crate::spend::SpendMsg;
 
 /// The tool calls among a reply's blocks, in order: `(id, name, input)`.
@@ -33,13 +33,14 @@ pub(crate) async fn admitted_call(call: PlannedCall, retry: Retry) -> InferReply
         let Some(delay) = retry.delay(attempt, &reply) else { return reply };
         attempt += 1;
         let status = reply.upstream.map(|u| u.status);
-        if let Some(j) = lookup::<crate::journal::JournalMsg>(&retry.journal) {
-            let _ = j.cast(crate::journal::JournalMsg::Trace(capsule_protocol::trace::TraceEvent::new(
-                capsule_protocol::trace::TraceKind::InferenceRetry,
-                &retry.session,
-                crate::now_ms(),
-                serde_json::json!({"task_id": task_id, "attempt": attempt, "of": retry.max, "status": status, "delay_ms": delay.as_millis() as u64, "error": reply.result.as_ref().err().map(ToString::to_string)}),
-            )));
+        let line = capsule_protocol::trace::TraceEvent::new(
+            capsule_protocol::trace::TraceKind::InferenceRetry,
+            &retry.session,
+            crate::now_ms(),
+            serde_json::json!({"task_id": task_id, "attempt": attempt, "of": retry.max, "status": status, "delay_ms": delay.as_millis() as u64, "error": reply.result.as_ref().err().map(ToString::to_string)}),
+        );
+        if let Err(e) = retry.journal.tell(crate::journal::JournalMsg::Trace(line)) {
+            tracing::error!(session = retry.session, error = %e, "an inference_retry line was not written");
         }
         tokio::time::sleep(delay).await;
     }
@@ -51,7 +52,7 @@ pub(crate) async fn admitted_call(call: PlannedCall, retry: Retry) -> InferReply
 #[derive(Debug, Clone)]
 pub(crate) struct Retry {
     pub max: u32,
-    pub journal: String,
+    pub journal: Peer,
     pub session: String,
 }
 
@@ -78,9 +79,9 @@ impl Retry {
 /// One inference call as the loop planned it.
 pub(crate) struct PlannedCall {
     /// The session's spend meter.
-    pub spend_name: String,
+    pub spend: Peer,
     /// The driver's gateway.
-    pub gateway_name: String,
+    pub gateway: Peer,
     /// The driver artifact.
     pub artifact: String,
     /// The task it serves.
@@ -97,7 +98,7 @@ pub(crate) struct PlannedCall {
 
 /// One admission, one gateway call, one settlement.
 async fn admitted_once(call: &PlannedCall) -> InferReply {
-    let PlannedCall { spend_name, gateway_name, artifact, task_id, request, estimate, max_output, timeout } = call;
+    let PlannedCall { spend, gateway, artifact, task_id, request, estimate, max_output, timeout } = call;
     let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
     let (task_id, request) = (task_id.clone(), request.clone());
     let fail = |e: InferenceError| InferReply {
@@ -107,42 +108,30 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         continuation_id: None,
         upstream: None,
     };
-    let down = || InferenceError::GatewayDown { artifact: artifact.to_string() };
-    let Some(meter) = lookup::<SpendMsg>(spend_name) else {
-        return fail(InferenceError::SpendRefused {
+    // A meter that cannot be asked refuses the call: admission never fails open.
+    let unavailable = |e: PeerError| {
+        tracing::error!(error = %e, "the spend meter did not answer; the call is refused");
+        InferenceError::SpendRefused {
             refusal: crate::spend::Refusal {
                 limit: crate::spend::Limit::MachineUnavailable,
                 ceiling: 0,
                 used: 0,
                 requested: estimate + max_output,
             },
-        });
-    };
-    let reservation = match meter
-        .call(|reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply }, Some(Duration::from_secs(10)))
-        .await
-    {
-        Ok(ractor::rpc::CallResult::Success(Ok(r))) => r,
-        Ok(ractor::rpc::CallResult::Success(Err(refusal))) => return fail(InferenceError::SpendRefused { refusal }),
-        _ => {
-            return fail(InferenceError::SpendRefused {
-                refusal: crate::spend::Refusal {
-                    limit: crate::spend::Limit::MachineUnavailable,
-                    ceiling: 0,
-                    used: 0,
-                    requested: estimate + max_output,
-                },
-            });
         }
     };
-    let reply = match lookup::<GatewayMsg>(gateway_name) {
-        None => fail(down()),
-        Some(g) => {
-            match g.call(|reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply }, Some(timeout)).await
-            {
-                Ok(ractor::rpc::CallResult::Success(r)) => r,
-                _ => fail(down()),
-            }
+    let admit = |reply| SpendMsg::Admit { estimated_input: estimate, max_output, reply };
+    let reservation = match spend.ask(admit, wait::CONTROL).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(refusal)) => return fail(InferenceError::SpendRefused { refusal }),
+        Err(e) => return fail(unavailable(e)),
+    };
+    let infer = |reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply };
+    let reply = match gateway.ask(infer, timeout).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, artifact, "the gateway did not answer the call");
+            fail(InferenceError::GatewayDown { artifact: artifact.to_string() })
         }
     };
     let settle = match &reply.result {
@@ -154,7 +143,10 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         },
         Err(_) => SpendMsg::Fail { reservation: reservation.id, actual: None },
     };
-    let _ = meter.cast(settle);
+    if let Err(e) = spend.tell(settle) {
+        // The meter's book keeps the reservation open; it is charged in full.
+        tracing::error!(error = %e, "a settlement was not delivered; the call stays charged in full");
+    }
     reply
 }
 

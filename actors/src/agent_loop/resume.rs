@@ -38,7 +38,7 @@ pub struct ResumeSeed {
 }
 
 /// Code of the result given to a tool call interrupted by a stop of the process.
-pub const INTERRUPTED: &str = "E-RUN-090";
+pub const INTERRUPTED: &str = capsule_protocol::Code::ToolInterrupted.as_str();
 
 /// The messages of a conversation record (its verified lines).
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {

@@ -14,7 +14,7 @@ use crate::error::InferenceError;
 use crate::error::JournalError;
 use crate::gateway::InferReply;
 use crate::journal::JournalMsg;
-use crate::names::{self, role};
+use crate::names::role;
 use crate::peer::{Peer, wait};
 use crate::session::TaskOutcome;
 use crate::tools::{ToolRunReply, ToolsMsg};
@@ -195,13 +195,13 @@ impl LoopState {
             r.choice = active;
         }
         let c = &self.config;
-        let gateway_name = names::gateway(self.sid(), &choice.driver);
-        let spend_name = names::name(self.sid(), role::SPEND);
+        let gateway = Peer::gateway(self.sid(), &choice.driver);
+        let spend = self.peer(role::SPEND);
         let artifact = choice.driver.clone();
         let timeout = c.call_timeout;
         let retry = super::call::Retry {
             max: c.max_retries,
-            journal: names::name(self.sid(), role::JOURNAL),
+            journal: self.peer(role::JOURNAL),
             session: self.sid().to_string(),
         };
         let max_output = u64::from(request.max_tokens);
@@ -211,16 +211,8 @@ impl LoopState {
         }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let planned = super::call::PlannedCall {
-                spend_name,
-                gateway_name,
-                artifact,
-                task_id,
-                request,
-                estimate,
-                max_output,
-                timeout,
-            };
+            let planned =
+                super::call::PlannedCall { spend, gateway, artifact, task_id, request, estimate, max_output, timeout };
             let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
@@ -352,11 +344,14 @@ impl LoopState {
         tokio::spawn(async move {
             let input = input.to_string();
             let crashed = || ToolRunReply {
-                content: "E-RUN-050: the tools actor crashed during the call and is being restarted".into(),
+                content: format!(
+                    "{}: the tools actor crashed during the call and is being restarted",
+                    Code::ActorCrashed
+                ),
                 is_error: true,
                 duration_ms: 0,
                 truncated: false,
-                code: Some("E-RUN-050"),
+                code: Some(Code::ActorCrashed.as_str()),
             };
             // No timeout here: the tool's own deadline (`deadline_seconds`) bounds the call.
             let reply = match tools.find::<ToolsMsg>() {
@@ -416,7 +411,7 @@ impl LoopState {
         match written {
             Ok(()) => Some(format!("out/{name}")),
             Err(e) => {
-                tracing::error!(error = %e, "E-RUN-060: cannot keep a long tool result");
+                tracing::error!(error = %e, code = %Code::SessionIo, "cannot keep a long tool result");
                 None
             }
         }
@@ -430,7 +425,7 @@ impl LoopState {
             .map_err(std::io::Error::other)
             .and_then(|mut f| std::io::Write::write_all(&mut f, result_text.as_bytes()));
         if let Err(e) = written {
-            tracing::error!(error = %e, path = %result_path.display(), "E-RUN-060: cannot write result.txt");
+            tracing::error!(error = %e, code = %Code::SessionIo, path = %result_path.display(), "cannot write result.txt");
         }
         let turns = r.turn;
         self.trace(

@@ -10,14 +10,10 @@ use super::{ControlError, Principal, SettingChange};
 use crate::agent_loop::LoopMsg;
 use crate::credentials::CredentialsMsg;
 use crate::names::role;
-use crate::peer::{Peer, wait};
+use crate::peer::wait;
 use crate::session::Session;
 
 impl Session {
-    fn peer(&self, role: &'static str) -> Peer {
-        Peer::of(&self.session_id, role)
-    }
-
     /// Change a setting (`inference.driver`, `inference.max_tokens`): the loop checks the
     /// value, then, for a switch, Credentials decides whether the choice can be used now.
     pub async fn set_setting(

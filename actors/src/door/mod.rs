@@ -15,6 +15,7 @@ mod sse;
 
 use axum::Router;
 use axum::routing::{any, get, post};
+use capsule_protocol::Code;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +40,7 @@ pub fn app(session: Arc<Session>) -> Router {
 
 /// Why the door could not open.
 #[derive(Debug, thiserror::Error)]
-#[error("E-RUN-061: cannot listen on {addr}; choose another --port or --bind")]
+#[error("{code}: cannot listen on {addr}; choose another --port or --bind", code = Code::DoorBind)]
 pub struct DoorError {
     /// The address.
     pub addr: SocketAddr,

@@ -9,6 +9,7 @@
 //! Deliberately not here: a running task survives nothing. A host restart is a new session; the
 //! task that was running when the session's supervisor gave up ended with it.
 
+use capsule_protocol::Code;
 use capsule_protocol::host_file::PlannedCapsule;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent};
 use std::net::SocketAddr;
@@ -178,7 +179,7 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
     let supervisor = session.supervisor_cell();
     supervisor.link(slot);
     if supervisor.get_status() >= ActorStatus::Draining {
-        return Err(format!("E-RUN-050: session {} stopped as it started", session.session_id));
+        return Err(format!("{code}: session {} stopped as it started", session.session_id, code = Code::ActorCrashed));
     }
     let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port)).await {
         Ok(d) => d,
@@ -272,10 +273,14 @@ impl Actor for CapsuleSlot {
         let why = match evt {
             SupervisionEvent::ActorTerminated(cell, _, reason) if Some(cell.get_id()) == current => reason
                 .unwrap_or_else(|| {
-                    format!("E-RUN-050: session {} stopped unexpectedly", state.session_id.as_deref().unwrap_or("?"))
+                    format!(
+                        "{code}: session {} stopped unexpectedly",
+                        state.session_id.as_deref().unwrap_or("?"),
+                        code = Code::ActorCrashed
+                    )
                 }),
             SupervisionEvent::ActorFailed(cell, err) if Some(cell.get_id()) == current => {
-                format!("E-RUN-050: the session's supervisor failed: {err}")
+                format!("{code}: the session's supervisor failed: {err}", code = Code::ActorCrashed)
             }
             // A session this slot already shut down, or one it gave up on while opening.
             _ => return Ok(()),

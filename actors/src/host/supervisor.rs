@@ -7,6 +7,7 @@
 //! spawned again with its restart count, under the same intensity limit as a capsule; past it,
 //! the capsule is `failed` until it is started again.
 
+use capsule_protocol::Code;
 use capsule_protocol::host_file::PlannedCapsule;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -273,7 +274,7 @@ impl Actor for HostSupervisor {
         state.slots[i].actor = None;
         let Some(err) = failure else { return Ok(()) };
         let name = state.slots[i].entry.name.clone();
-        let why = format!("E-RUN-050: the host's slot for capsule `{name}` failed: {err}");
+        let why = format!("{code}: the host's slot for capsule `{name}` failed: {err}", code = Code::ActorCrashed);
         if state.shutting_down {
             return Ok(());
         }
