@@ -30,8 +30,15 @@ pub fn switch_tool(choices: &[DriverChoice]) -> capsule_protocol::neutral::ToolS
 pub struct DriverChoice {
     /// `primary` or the alternate's name.
     pub name: String,
-    /// The driver artifact's name.
+    /// The driver artifact's name (its gateway is found by it).
     pub driver: String,
+    /// The driver artifact's full name, `name@version` when the artifact declares a version:
+    /// what the driver sees as `MURMUR_INFERENCE_DRIVER` and what `GET /control` lists.
+    pub artifact: String,
+    /// The JSON handed to the driver as `MURMUR_INFERENCE_DRIVER_CONFIG` on this choice's
+    /// calls: `inference.driver.config` for the primary; an alternate's own `driver.config`,
+    /// else the primary's when it runs on the primary's artifact, else none.
+    pub config: Option<String>,
     /// The model string.
     pub model: String,
     /// Output cap for agent-loop calls under this choice.
@@ -43,14 +50,33 @@ pub struct DriverChoice {
 /// Every choice, primary first; and a `W-RUN-009` for each model not in the built-in table
 /// (unless the manifest sets both limits).
 pub fn resolve(m: &Manifest) -> (Vec<DriverChoice>, Vec<Diagnostic>) {
-    let mut pairs = vec![(PRIMARY.to_string(), m.inference.driver.artifact.clone(), m.inference.model.clone())];
+    let primary_config = m.inference.driver.config.as_ref().map(ToString::to_string);
+    let mut pairs = vec![(
+        PRIMARY.to_string(),
+        m.inference.driver.artifact.clone(),
+        m.inference.model.clone(),
+        primary_config.clone(),
+    )];
     for a in &m.inference.alternates {
-        pairs.push((a.name.clone(), a.driver.artifact().to_string(), a.model.clone()));
+        let own = match &a.driver {
+            capsule_protocol::manifest::AlternateDriver::Ref(r) => r.config.as_ref().map(ToString::to_string),
+            capsule_protocol::manifest::AlternateDriver::Name(_) => None,
+        };
+        let same_artifact = a.driver.artifact() == m.inference.driver.artifact;
+        let config = own.or_else(|| if same_artifact { primary_config.clone() } else { None });
+        pairs.push((a.name.clone(), a.driver.artifact().to_string(), a.model.clone(), config));
     }
+    let full_name = |artifact: &str| {
+        m.artifacts
+            .iter()
+            .find(|d| d.name == artifact)
+            .and_then(|d| d.version.as_ref())
+            .map_or_else(|| artifact.to_string(), |v| format!("{artifact}@{v}"))
+    };
     let mut warnings = Vec::new();
     let choices = pairs
         .into_iter()
-        .map(|(name, driver, model)| {
+        .map(|(name, driver, model, config)| {
             let known = known_limits(&model);
             if known.is_none() && (m.inference.max_tokens.is_none() || m.context.max_tokens.is_none()) {
                 warnings.push(Diagnostic::new(
@@ -63,7 +89,9 @@ pub fn resolve(m: &Manifest) -> (Vec<DriverChoice>, Vec<Diagnostic>) {
             let l = known.unwrap_or(DEFAULT_LIMITS);
             DriverChoice {
                 name,
+                artifact: full_name(&driver),
                 driver,
+                config,
                 model,
                 max_tokens: m.inference.max_tokens.unwrap_or(l.max_output),
                 context_window: m.context.max_tokens.unwrap_or(l.context_window),

@@ -132,6 +132,12 @@ impl DriverCredential {
         !matches!(self.key, Key::Unresolved(_))
     }
 
+    /// Whether it can produce a value at launch, before any secret was injected: what
+    /// `available` means in `session_start`, as `GET /control` means it later.
+    pub fn available_at_launch(&self) -> bool {
+        !matches!(self.key, Key::Unresolved(_) | Key::Injected(_))
+    }
+
     /// The key now: a config source is re-read (keeping the last good value on failure).
     fn current(&mut self, secrets: &HashMap<String, SecretKey>) -> Result<Option<SecretKey>, String> {
         match &mut self.key {
@@ -202,9 +208,18 @@ pub enum CredentialsMsg {
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
     /// Per choice, whether its credential can produce a value now; and each secret's `set`.
-    Status(RpcReplyPort<(Vec<bool>, Vec<(String, bool)>)>),
+    Status(RpcReplyPort<CredentialsStatus>),
     /// Crash (a test hook: its restart must keep the choice in use and the secrets).
     InjectPanic,
+}
+
+/// What `GET /control` shows of credentials.
+#[derive(Debug, Clone, Default)]
+pub struct CredentialsStatus {
+    /// Per choice (in choice order), whether its credential can produce a value now.
+    pub available: Vec<bool>,
+    /// Each declared secret and whether it holds a value.
+    pub secrets: Vec<(String, bool)>,
 }
 
 /// The state the credentials actor owns and keeps across its restarts: the driver choice in
@@ -337,10 +352,10 @@ impl Actor for Credentials {
                 let _ = reply.send(r);
             }
             CredentialsMsg::Status(reply) => {
-                let avail = (0..state.args.choices.len()).map(|i| state.available(i).is_ok()).collect();
+                let available = (0..state.args.choices.len()).map(|i| state.available(i).is_ok()).collect();
                 let held = state.args.book.held();
                 let secrets = state.args.secrets.iter().map(|s| (s.clone(), held.values.contains_key(s))).collect();
-                let _ = reply.send((avail, secrets));
+                let _ = reply.send(CredentialsStatus { available, secrets });
             }
             CredentialsMsg::InjectPanic => panic!("credentials: injected panic (test hook)"),
         }

@@ -28,6 +28,8 @@ pub enum GatewayMsg {
         task_id: String,
         /// The neutral request.
         request: Box<DriverRequest>,
+        /// The choice's `MURMUR_INFERENCE_DRIVER_CONFIG`, for this call.
+        config: Option<String>,
         /// Answer.
         reply: RpcReplyPort<InferReply>,
     },
@@ -86,8 +88,8 @@ impl Actor for Gateway {
         state: &mut GatewayArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Infer { task_id, request, reply } => {
-                let r = infer(state, task_id, *request).await;
+            GatewayMsg::Infer { task_id, request, config, reply } => {
+                let r = infer(state, task_id, *request, config).await;
                 let _ = reply.send(r);
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
@@ -96,7 +98,7 @@ impl Actor for Gateway {
     }
 }
 
-async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> InferReply {
+async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, config: Option<String>) -> InferReply {
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
@@ -116,10 +118,11 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest) -> 
     };
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;
-    for (k, v) in grants.env.iter_mut() {
-        if k == "MURMUR_INFERENCE_MODEL" {
-            *v = request.model.clone();
-        }
+    // The choice's model and driver config, per call (two choices may share this driver).
+    grants.env.retain(|(k, _)| k != "MURMUR_INFERENCE_MODEL" && k != "MURMUR_INFERENCE_DRIVER_CONFIG");
+    grants.env.push(("MURMUR_INFERENCE_MODEL".into(), request.model.clone()));
+    if let Some(c) = config {
+        grants.env.push(("MURMUR_INFERENCE_DRIVER_CONFIG".into(), c));
     }
     let coalescer = Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok();
     let emitter = Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok();

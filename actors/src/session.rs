@@ -293,8 +293,9 @@ impl Session {
         if !m.inference.alternates.is_empty() {
             start["inference_choices"] = json!(choices.iter().map(|c| {
                 let cred = prepared.credentials.get(&c.driver);
-                json!({"name": c.name, "driver": c.driver, "model": c.model, "max_tokens": c.max_tokens, "context_window": c.context_window,
-                       "credential_source": cred.map(|x| x.source()), "available": cred.is_none_or(|x| x.staged())})
+                // `available` as `GET /control` means it: a switch to it would be accepted now.
+                json!({"name": c.name, "driver": c.artifact, "model": c.model, "max_tokens": c.max_tokens, "context_window": c.context_window,
+                       "credential_source": cred.map(|x| x.source()), "available": cred.is_none_or(|x| x.available_at_launch())})
             }).collect::<Vec<_>>());
         }
         if let Some(c) = &session.control {

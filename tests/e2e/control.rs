@@ -77,7 +77,8 @@ async fn every_refusal_has_its_status_and_reason_in_the_contract_order() {
     let big_setting = format!("{{\"value\": \"{}\"}}", "x".repeat(1100));
     let big_secret = "s".repeat(9000);
     // (method, path, token, content type, body, peer, status, reason)
-    let rows: Vec<(&str, &str, Option<&str>, Option<&str>, String, &str, u16, &str)> = vec![
+    type Row<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, String, &'a str, u16, &'a str);
+    let rows: Vec<Row> = vec![
         ("GET", "/control", None, None, String::new(), "127.0.0.1:1", 401, "unauthorized"),
         ("GET", "/control/nope", Some("wrong"), None, String::new(), "127.0.0.1:1", 401, "unauthorized"),
         ("GET", "/control/nope/deeper", Some(&tok), None, String::new(), "127.0.0.1:1", 404, "unknown_path"),
@@ -736,5 +737,105 @@ async fn a_flood_of_unauthorized_requests_with_huge_paths_cannot_fill_the_trace(
         assert!(e["path"].as_str().expect("path").len() <= 140, "the path is cut: {e}");
         assert_eq!(e["path_bytes"], long.len());
     }
+    session.shutdown().await;
+}
+
+/// Seed 000's per-choice rules, each observed in what the driver was given: two choices on one
+/// driver artifact, each with its own model, output cap (from the model table, read from the
+/// request body) and driver config (an alternate's own `driver.config` is honoured; one on the
+/// primary's artifact without its own inherits the primary's); a continuation is used only
+/// under the choice that returned it; `GET /control` lists drivers by their full name; and
+/// without alternates no `driver_choice` key is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_choice_gets_its_own_model_cap_config_and_continuation_even_on_one_driver() {
+    let cap = Capsule::new(
+        "name: choices\nartifacts:\n  - {name: d, runtime: driver, version: 1.2.0, source: '{DIST}/driver-stateful.wasm'}\n  - {name: e, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\ninference:\n  model: claude-sonnet-4-5\n  driver: {artifact: d, config: {tier: a}}\n  alternates:\n    - {name: same, model: claude-3-5-haiku, driver: d}\n    - {name: own, model: gpt-4o, driver: {artifact: d, config: {tier: b}}}\n    - {name: other, model: gpt-4.1, driver: e}\ncontrol: {settings: [inference.driver]}\n",
+    );
+    let session = cap.launch().await.expect("launch");
+    let ask = |text: &'static str| {
+        let session = &session;
+        async move { session.submit(text).await.expect("outcome").message }
+    };
+    let switch = |to: &'static str| {
+        let session = &session;
+        async move {
+            session
+                .set_setting("inference.driver", json!(to), capsule_actors::control::Principal::Operator)
+                .await
+                .expect("switch")
+        }
+    };
+    let tier_a = r#"config={"tier":"a"}"#;
+    assert_eq!(
+        ask("echo 1").await,
+        format!("messages=1 continuation=none model=claude-sonnet-4-5 max_tokens=64000 {tier_a} driver=d@1.2.0")
+    );
+    assert!(ask("echo 2").await.starts_with("messages=1 continuation=cont-1 "), "the primary holds its continuation");
+    switch("same").await;
+    assert_eq!(
+        ask("echo 3").await,
+        format!("messages=5 continuation=none model=claude-3-5-haiku max_tokens=8192 {tier_a} driver=d@1.2.0"),
+        "same driver, another choice: the primary's continuation is not used, everything is resent"
+    );
+    assert!(ask("echo 4").await.starts_with("messages=1 continuation=cont-1 model=claude-3-5-haiku"), "its own one is");
+    switch("own").await;
+    assert_eq!(
+        ask("echo 5").await,
+        "messages=9 continuation=none model=gpt-4o max_tokens=16384 config={\"tier\":\"b\"} driver=d@1.2.0"
+    );
+    switch("other").await;
+    assert_eq!(
+        ask("echo 6").await,
+        "messages=11 continuation=none model=gpt-4.1 max_tokens=32768 config=none driver=e",
+        "another artifact gets no config of the primary's"
+    );
+    let view = session.control_view().await.expect("view");
+    let drivers: Vec<&str> = view["settings"][0]["choices"]
+        .as_array()
+        .expect("choices")
+        .iter()
+        .filter_map(|c| c["driver"].as_str())
+        .collect();
+    assert_eq!(drivers, ["d@1.2.0", "d@1.2.0", "d@1.2.0", "e"], "full artifact names: {view}");
+    let dir = session.dir.clone();
+    session.shutdown().await;
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    let start: Value = serde_json::from_str(trace.lines().next().expect("first line")).expect("json");
+    assert_eq!(start["inference_choices"][1]["driver"], "d@1.2.0");
+
+    // Without alternates: no `driver_choice` at all, not even `null`.
+    let plain = Capsule::new(
+        "name: plain\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\ninference: {model: m, driver: {artifact: d}}\n",
+    );
+    let session = plain.launch().await.expect("launch");
+    session.submit("hello").await.expect("outcome");
+    let dir = session.dir.clone();
+    session.shutdown().await;
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    assert!(
+        trace.contains("\"inference\"") && !trace.contains("driver_choice") && !trace.contains("inference_choices")
+    );
+}
+
+/// All choices share one session spend meter: what the primary spent counts against a call on
+/// another choice. (Were each choice metered alone, the switched call would fit.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_choice_is_charged_to_one_session_ceiling() {
+    let cap = Capsule::new(
+        "name: metered\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\n  - {name: e, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\ninference:\n  model: m\n  driver: {artifact: d}\n  max_tokens: 1000\n  max_session_tokens: 1700\n  alternates: [{name: other, model: m, driver: e}]\ncontext: {max_tokens: 100000}\ncontrol: {settings: [inference.driver]}\n",
+    );
+    let session = cap.launch().await.expect("launch");
+    // About 500 tokens of input: the first call reserves ~1,500 of 1,700 and settles ~500.
+    let long = "word ".repeat(500);
+    let first = session.submit(&long).await.expect("outcome");
+    assert_eq!(first.exit_status, ExitStatus::Ok, "{}", first.message);
+    session
+        .set_setting("inference.driver", json!("other"), capsule_actors::control::Principal::Operator)
+        .await
+        .expect("switch");
+    // The other choice resends the history (~500) + 1,000 of output: 500 spent + 1,500 > 1,700.
+    let second = session.submit("short").await.expect("outcome");
+    assert_eq!(second.exit_status, ExitStatus::SpendCeilingReached, "{}", second.message);
+    assert!(second.message.contains("inference.max_session_tokens"), "{}", second.message);
     session.shutdown().await;
 }

@@ -84,6 +84,8 @@ pub(crate) struct PlannedCall {
     pub gateway: Peer,
     /// The driver artifact.
     pub artifact: String,
+    /// The choice's driver config.
+    pub config: Option<String>,
     /// The task it serves.
     pub task_id: String,
     /// The request.
@@ -98,7 +100,7 @@ pub(crate) struct PlannedCall {
 
 /// One admission, one gateway call, one settlement.
 async fn admitted_once(call: &PlannedCall) -> InferReply {
-    let PlannedCall { spend, gateway, artifact, task_id, request, estimate, max_output, timeout } = call;
+    let PlannedCall { spend, gateway, artifact, config, task_id, request, estimate, max_output, timeout } = call;
     let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
     let (task_id, request) = (task_id.clone(), request.clone());
     let fail = |e: InferenceError| InferReply {
@@ -126,7 +128,7 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         Ok(Err(refusal)) => return fail(InferenceError::SpendRefused { refusal }),
         Err(e) => return fail(unavailable(e)),
     };
-    let infer = |reply| GatewayMsg::Infer { task_id, request: Box::new(request), reply };
+    let infer = |reply| GatewayMsg::Infer { task_id, request: Box::new(request), config: config.clone(), reply };
     let reply = match gateway.ask(infer, timeout).await {
         Ok(r) => r,
         Err(e) => {

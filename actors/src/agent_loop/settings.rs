@@ -86,10 +86,11 @@ impl LoopState {
 
     /// The `GET /control` body.
     pub(crate) async fn control_view(&self) -> Value {
-        let (available, secrets) = Peer::of(&self.config.session_id, role::CREDENTIALS)
-            .ask(CredentialsMsg::Status, wait::CONTROL)
-            .await
-            .unwrap_or_default();
+        let crate::credentials::CredentialsStatus { available, secrets } =
+            Peer::of(&self.config.session_id, role::CREDENTIALS)
+                .ask(CredentialsMsg::Status, wait::CONTROL)
+                .await
+                .unwrap_or_default();
         let in_use = &self.config.choices[self.config.choice_in_use.get().min(self.config.choices.len() - 1)];
         let settings: Vec<Value> = self
             .config
@@ -104,7 +105,7 @@ impl LoopState {
                         .enumerate()
                         .map(|(i, c)| ChoiceView {
                             name: c.name.clone(),
-                            driver: c.driver.clone(),
+                            driver: c.artifact.clone(),
                             model: c.model.clone(),
                             available: available.get(i).copied().unwrap_or(false),
                         })

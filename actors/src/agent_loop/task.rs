@@ -197,7 +197,7 @@ impl LoopState {
         let c = &self.config;
         let gateway = Peer::gateway(self.sid(), &choice.driver);
         let spend = self.peer(role::SPEND);
-        let artifact = choice.driver.clone();
+        let (artifact, config) = (choice.driver.clone(), choice.config.clone());
         let timeout = c.call_timeout;
         let retry = super::call::Retry {
             max: c.max_retries,
@@ -211,8 +211,17 @@ impl LoopState {
         }
         let myself = myself.clone();
         tokio::spawn(async move {
-            let planned =
-                super::call::PlannedCall { spend, gateway, artifact, task_id, request, estimate, max_output, timeout };
+            let planned = super::call::PlannedCall {
+                spend,
+                gateway,
+                artifact,
+                config,
+                task_id,
+                request,
+                estimate,
+                max_output,
+                timeout,
+            };
             let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
         });
@@ -237,17 +246,18 @@ impl LoopState {
             Ok(resp) => (json!(resp.stop_reason), serde_json::Value::Null),
             Err(e) => (json!("error"), json!({"code": e.code().as_str(), "message": e.to_string()})),
         };
-        self.trace(
-            TraceKind::Inference,
-            json!({
-                "task_id": task_id, "turn": turn, "driver": used_choice.driver, "model": used_choice.model,
-                "driver_choice": if self.config.stamp_producers { json!(used_choice.name) } else { serde_json::Value::Null },
-                "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
-                "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
-                "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
-                "instantiate_us": reply.instantiate_time.as_micros() as u64,
-            }),
-        );
+        let mut fields = json!({
+            "task_id": task_id, "turn": turn, "driver": used_choice.driver, "model": used_choice.model,
+            "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
+            "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
+            "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
+            "instantiate_us": reply.instantiate_time.as_micros() as u64,
+        });
+        // Without alternates nothing of the choices feature is written.
+        if self.config.stamp_producers {
+            fields["driver_choice"] = json!(used_choice.name);
+        }
+        self.trace(TraceKind::Inference, fields);
         let resp = match reply.result {
             Err(e) => {
                 // The provider's state after a failed call is unknown: the next call resends all.

@@ -107,19 +107,20 @@ pub async fn rpc(State(s): State<Arc<Session>>, headers: HeaderMap, body: Bytes)
     }
 }
 
-fn params<T: serde::de::DeserializeOwned>(req: &rpc::Request) -> Result<T, Response> {
+/// The request's params, or the JSON-RPC `invalid params` answer (boxed: it is the rare path).
+fn params<T: serde::de::DeserializeOwned>(req: &rpc::Request) -> Result<T, Box<Response>> {
     serde_json::from_value(req.params.clone()).map_err(|e| {
-        json_response(
+        Box::new(json_response(
             StatusCode::OK,
             rpc::err(&req.id, code::INVALID_PARAMS, format!("invalid params for {}: {e}", req.method)),
-        )
+        ))
     })
 }
 
 async fn message_send(s: &Session, req: &rpc::Request) -> Response {
     let p: SendParams = match params(req) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let text = match p.text() {
         Ok(t) => t,
@@ -165,7 +166,7 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
 async fn message_stream(s: &Session, req: &rpc::Request) -> Response {
     let p: SendParams = match params(req) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let text = match p.text() {
         Ok(t) => t,
@@ -208,7 +209,7 @@ async fn watch(s: &Session, headers: &HeaderMap) -> Response {
 async fn task_call(s: &Session, req: &rpc::Request) -> Response {
     let p: TaskIdParams = match params(req) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let r = if req.method == "tasks/get" { s.get_task(&p.id).await } else { s.cancel(&p.id).await };
     match r {

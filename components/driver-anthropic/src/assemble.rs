@@ -28,8 +28,16 @@ pub trait Sink {
 
 enum Block {
     Text(String),
-    ToolUse { id: String, name: String, json: String, input: Option<Value> },
-    Thinking { text: String, signature: String },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+        input: Option<Value>,
+    },
+    Thinking {
+        text: String,
+        signature: String,
+    },
     Redacted(String),
     /// A block type with no neutral form.
     Skipped,
@@ -352,22 +360,55 @@ mod tests {
     }
 
     const STREAM: &[(&str, &str)] = &[
-        ("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1,"cache_read_input_tokens":4,"cache_creation_input_tokens":2}}}"#),
-        ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#),
-        ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}}"#),
-        ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#),
+        (
+            "message_start",
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1,"cache_read_input_tokens":4,"cache_creation_input_tokens":2}}}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#,
+        ),
         ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
         ("ping", r#"{"type":"ping"}"#),
-        ("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#),
-        ("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}"#),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ),
         ("content_block_stop", r#"{"type":"content_block_stop","index":1}"#),
-        ("content_block_start", r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"tu1","name":"files","input":{}}}"#),
-        ("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"op\":"}}"#),
-        ("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"list\"}"}}"#),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"tu1","name":"files","input":{}}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"op\":"}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"list\"}"}}"#,
+        ),
         ("content_block_stop", r#"{"type":"content_block_stop","index":2}"#),
-        ("content_block_start", r#"{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"tu2","name":"noargs"}}"#),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"tu2","name":"noargs"}}"#,
+        ),
         ("content_block_stop", r#"{"type":"content_block_stop","index":3}"#),
-        ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}"#),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}"#,
+        ),
         ("message_stop", r#"{"type":"message_stop"}"#),
     ];
 
@@ -423,7 +464,10 @@ mod tests {
 
         let mut a = Assembler::new(&mut rec);
         a.event("", STREAM[9].1);
-        a.event("", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{nope"}}"#);
+        a.event(
+            "",
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{nope"}}"#,
+        );
         a.event("", STREAM[12].1);
         let e = a.finish().error.unwrap();
         assert!(e.contains("tu1") && e.contains("files"), "{e}");
@@ -431,7 +475,12 @@ mod tests {
 
     #[test]
     fn stop_reasons() {
-        for (raw, want) in [("end_turn", "end_turn"), ("stop_sequence", "end_turn"), ("max_tokens", "max_tokens"), ("refusal", "error")] {
+        for (raw, want) in [
+            ("end_turn", "end_turn"),
+            ("stop_sequence", "end_turn"),
+            ("max_tokens", "max_tokens"),
+            ("refusal", "error"),
+        ] {
             let mut rec = Record::default();
             let mut a = Assembler::new(&mut rec);
             a.message(&json!({"type": "message", "content": [{"type": "text", "text": "x"}], "stop_reason": raw,

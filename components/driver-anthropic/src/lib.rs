@@ -35,11 +35,8 @@ use guest_http::{sse, target::Target};
 use murmur::stream::events;
 use serde_json::Value;
 
-const HEADERS: [(&str, &str); 3] = [
-    ("content-type", "application/json"),
-    ("anthropic-version", "2023-06-01"),
-    ("accept", "text/event-stream"),
-];
+const HEADERS: [(&str, &str); 3] =
+    [("content-type", "application/json"), ("anthropic-version", "2023-06-01"), ("accept", "text/event-stream")];
 
 struct Component;
 
@@ -104,7 +101,14 @@ fn result(shaped: Shaped) -> ToolResult {
         Verdict::Failed => Status::Failed,
         Verdict::Error => Status::Error,
     };
-    ToolResult { status, summary: shaped.summary, data: Some(shaped.data), data_path: None, truncated: false, metadata: Vec::new() }
+    ToolResult {
+        status,
+        summary: shaped.summary,
+        data: Some(shaped.data),
+        data_path: None,
+        truncated: false,
+        metadata: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -133,7 +137,9 @@ mod tests {
     fn run_split(body: &[u8], at: usize) -> Outcome {
         let mut parser = sse::Parser::new();
         let mut assembler = Assembler::new(Quiet);
-        if !feed(&mut parser, &mut assembler, Some(&body[..at])) && !feed(&mut parser, &mut assembler, Some(&body[at..])) {
+        if !feed(&mut parser, &mut assembler, Some(&body[..at]))
+            && !feed(&mut parser, &mut assembler, Some(&body[at..]))
+        {
             feed(&mut parser, &mut assembler, None);
         }
         assembler.finish()

@@ -297,7 +297,8 @@ mod tests {
 
     #[test]
     fn empty_system_and_tools_are_omitted() {
-        let body = translate(&json!({"model": "m", "max_tokens": 1, "system": "", "tools": [], "messages": []})).unwrap();
+        let body =
+            translate(&json!({"model": "m", "max_tokens": 1, "system": "", "tools": [], "messages": []})).unwrap();
         assert_eq!(body, json!({"model": "m", "max_tokens": 1, "messages": [], "stream": true}));
     }
 
@@ -305,9 +306,11 @@ mod tests {
     fn errors_name_the_field() {
         let e = translate(&json!({"max_tokens": 1, "messages": []})).unwrap_err();
         assert!(e.contains("`model`"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": []}]})).unwrap_err();
+        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": []}]}))
+            .unwrap_err();
         assert!(e.contains("messages[0]") && e.contains("tool_call_id"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": []}]})).unwrap_err();
+        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": []}]}))
+            .unwrap_err();
         assert!(e.contains("unknown role"), "{e}");
     }
 }

@@ -123,7 +123,14 @@ fn result(shaped: Shaped) -> ToolResult {
         Verdict::Failed => Status::Failed,
         Verdict::Error => Status::Error,
     };
-    ToolResult { status, summary: shaped.summary, data: Some(shaped.data), data_path: None, truncated: false, metadata: Vec::new() }
+    ToolResult {
+        status,
+        summary: shaped.summary,
+        data: Some(shaped.data),
+        data_path: None,
+        truncated: false,
+        metadata: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -147,11 +154,17 @@ mod tests {
         let p = answer(200, br#"{"content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2}}"#);
         assert_eq!(p.error, None);
         assert_eq!(p.text, "hi");
-        assert_eq!(p.response, json!({"stop_reason": "end_turn", "content": [{"type": "text", "text": "hi"}],
-                                      "usage": {"input_tokens": 1, "output_tokens": 2}}));
+        assert_eq!(
+            p.response,
+            json!({"stop_reason": "end_turn", "content": [{"type": "text", "text": "hi"}],
+                                      "usage": {"input_tokens": 1, "output_tokens": 2}})
+        );
         let p = answer(401, br#"{"type":"error"}"#);
         assert_eq!(p.error.as_deref(), Some(r#"HTTP 401: {"type":"error"}"#));
-        assert_eq!(p.response, json!({"stop_reason": "error", "content": [], "error": r#"HTTP 401: {"type":"error"}"#}));
+        assert_eq!(
+            p.response,
+            json!({"stop_reason": "error", "content": [], "error": r#"HTTP 401: {"type":"error"}"#})
+        );
         assert_eq!(answer(200, b"\xff").error.as_deref(), Some("the response body is not valid UTF-8"));
         assert!(answer(200, b"nope").error.unwrap().starts_with("the response body is not valid JSON"));
         let long = "é".repeat(ERROR_BODY_CAP);

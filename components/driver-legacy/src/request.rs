@@ -173,21 +173,24 @@ mod tests {
                 {"role": "user", "content": "next"}
             ]
         });
-        assert_eq!(translate(&req).unwrap(), json!({
-            "model": "claude-old", "max_tokens": 64, "system": "sys", "stream": false,
-            "tool_choice": {"type": "auto"},
-            "tools": [{"name": "files", "description": "fs", "input_schema": {"type": "object"}}],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "ok"},
-                    {"type": "tool_use", "id": "tu1", "name": "files", "input": {"op": "list"}},
-                    {"type": "tool_use", "id": "tu2", "name": "files", "input": {}}]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "tu1", "is_error": false, "content": "a\nb"},
-                    {"type": "tool_result", "tool_use_id": "tu2", "is_error": true}]},
-                {"role": "user", "content": [{"type": "text", "text": "next"}]}
-            ]
-        }));
+        assert_eq!(
+            translate(&req).unwrap(),
+            json!({
+                "model": "claude-old", "max_tokens": 64, "system": "sys", "stream": false,
+                "tool_choice": {"type": "auto"},
+                "tools": [{"name": "files", "description": "fs", "input_schema": {"type": "object"}}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "ok"},
+                        {"type": "tool_use", "id": "tu1", "name": "files", "input": {"op": "list"}},
+                        {"type": "tool_use", "id": "tu2", "name": "files", "input": {}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "tu1", "is_error": false, "content": "a\nb"},
+                        {"type": "tool_result", "tool_use_id": "tu2", "is_error": true}]},
+                    {"role": "user", "content": [{"type": "text", "text": "next"}]}
+                ]
+            })
+        );
     }
 
     #[test]

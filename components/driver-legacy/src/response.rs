@@ -104,20 +104,26 @@ mod tests {
         }));
         assert_eq!(p.error, None);
         assert_eq!(p.text, "Let me.");
-        assert_eq!(p.response, json!({
-            "stop_reason": "tool_call",
-            "content": [{"type": "text", "text": "Let "}, {"type": "text", "text": "me."},
-                        {"type": "tool_call", "id": "tu", "name": "files", "input": {"op": "list"}}],
-            "usage": {"input_tokens": 9, "output_tokens": 4, "cached_tokens": 2}
-        }));
+        assert_eq!(
+            p.response,
+            json!({
+                "stop_reason": "tool_call",
+                "content": [{"type": "text", "text": "Let "}, {"type": "text", "text": "me."},
+                            {"type": "tool_call", "id": "tu", "name": "files", "input": {"op": "list"}}],
+                "usage": {"input_tokens": 9, "output_tokens": 4, "cached_tokens": 2}
+            })
+        );
     }
 
     #[test]
     fn failures_keep_content() {
         let p = parse(&json!({"content": [{"type": "text", "text": "hm"}], "stop_reason": "refusal"}));
         assert_eq!(p.error.as_deref(), Some("unsupported stop_reason `refusal`"));
-        assert_eq!(p.response, json!({"stop_reason": "error", "error": "unsupported stop_reason `refusal`",
-                                      "content": [{"type": "text", "text": "hm"}]}));
+        assert_eq!(
+            p.response,
+            json!({"stop_reason": "error", "error": "unsupported stop_reason `refusal`",
+                                      "content": [{"type": "text", "text": "hm"}]})
+        );
         let p = parse(&json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
         assert_eq!(p.error.as_deref(), Some("overloaded_error: Overloaded"));
         let p = parse(&json!({"content": []}));

@@ -317,11 +317,14 @@ pub mod tests {
             "[DONE]",
         ]);
         assert_eq!(out.error, None);
-        assert_eq!(out.response, json!({
-            "stop_reason": "end_turn",
-            "content": [{"type": "thinking", "text": "let me think", "signature": ""}, {"type": "text", "text": "Hello"}],
-            "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 4}
-        }));
+        assert_eq!(
+            out.response,
+            json!({
+                "stop_reason": "end_turn",
+                "content": [{"type": "thinking", "text": "let me think", "signature": ""}, {"type": "text", "text": "Hello"}],
+                "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 4}
+            })
+        );
         assert_eq!(events, ["thinking let me", "thinking  think", "text Hel", "text lo"]);
     }
 
@@ -337,15 +340,27 @@ pub mod tests {
             "[DONE]",
         ]);
         assert_eq!(out.error, None);
-        assert_eq!(out.response, json!({
-            "stop_reason": "tool_call",
-            "content": [
-                {"type": "tool_call", "id": "call_a", "name": "files", "input": {"op": "list"}},
-                {"type": "tool_call", "id": "call_b", "name": "grep", "input": {"q": "x"}}],
-            "usage": {"input_tokens": 3, "output_tokens": 9}
-        }));
-        assert_eq!(events, ["start call_a files", "bytes call_a 0", "start call_b grep", "bytes call_b 5",
-                            "bytes call_a 13", "bytes call_b 9"]);
+        assert_eq!(
+            out.response,
+            json!({
+                "stop_reason": "tool_call",
+                "content": [
+                    {"type": "tool_call", "id": "call_a", "name": "files", "input": {"op": "list"}},
+                    {"type": "tool_call", "id": "call_b", "name": "grep", "input": {"q": "x"}}],
+                "usage": {"input_tokens": 3, "output_tokens": 9}
+            })
+        );
+        assert_eq!(
+            events,
+            [
+                "start call_a files",
+                "bytes call_a 0",
+                "start call_b grep",
+                "bytes call_b 5",
+                "bytes call_a 13",
+                "bytes call_b 9"
+            ]
+        );
     }
 
     #[test]
@@ -358,8 +373,11 @@ pub mod tests {
         ]);
         let message = "stream error: server_error (internal): The server had an error";
         assert_eq!(out.error.as_deref(), Some(message));
-        assert_eq!(out.response, json!({"stop_reason": "error", "error": message,
-                                         "content": [{"type": "text", "text": "partial"}]}));
+        assert_eq!(
+            out.response,
+            json!({"stop_reason": "error", "error": message,
+                                         "content": [{"type": "text", "text": "partial"}]})
+        );
     }
 
     #[test]
@@ -384,7 +402,9 @@ pub mod tests {
 
     #[test]
     fn stop_reasons() {
-        for (raw, want) in [("stop", "end_turn"), ("length", "max_tokens"), ("content_filter", "error"), ("tool_calls", "error")] {
+        for (raw, want) in
+            [("stop", "end_turn"), ("length", "max_tokens"), ("content_filter", "error"), ("tool_calls", "error")]
+        {
             let chunk = format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"x"}},"finish_reason":"{raw}"}}]}}"#);
             let (out, _) = run(&[&chunk, "[DONE]"]);
             assert_eq!(out.response["stop_reason"], want, "{raw}");
@@ -418,12 +438,15 @@ pub mod tests {
         }));
         let out = a.finish();
         assert_eq!(out.error, None);
-        assert_eq!(out.response, json!({
-            "stop_reason": "tool_call",
-            "content": [{"type": "thinking", "text": "hm", "signature": ""}, {"type": "text", "text": "sure"},
-                        {"type": "tool_call", "id": "c1", "name": "files", "input": {"op": "list"}}],
-            "usage": {"input_tokens": 5, "output_tokens": 6}
-        }));
+        assert_eq!(
+            out.response,
+            json!({
+                "stop_reason": "tool_call",
+                "content": [{"type": "thinking", "text": "hm", "signature": ""}, {"type": "text", "text": "sure"},
+                            {"type": "tool_call", "id": "c1", "name": "files", "input": {"op": "list"}}],
+                "usage": {"input_tokens": 5, "output_tokens": 6}
+            })
+        );
         assert_eq!(rec.0, ["thinking hm", "text sure", "start c1 files", "bytes c1 13"]);
 
         let mut rec = Record::default();

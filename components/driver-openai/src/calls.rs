@@ -147,10 +147,13 @@ mod tests {
         calls.piece(piece(0, None, None, Some(":1}")), &mut rec);
         let (blocks, error) = calls.finish();
         assert_eq!(error, None);
-        assert_eq!(blocks, vec![
-            json!({"type": "tool_call", "id": "a", "name": "one", "input": {"x": 1}}),
-            json!({"type": "tool_call", "id": "b", "name": "two", "input": [1]}),
-        ]);
+        assert_eq!(
+            blocks,
+            vec![
+                json!({"type": "tool_call", "id": "a", "name": "one", "input": {"x": 1}}),
+                json!({"type": "tool_call", "id": "b", "name": "two", "input": [1]}),
+            ]
+        );
         assert_eq!(rec.0, ["start b two", "bytes b 0", "start a one", "bytes a 4", "bytes b 3", "bytes a 7"]);
     }
 
@@ -185,7 +188,8 @@ mod tests {
 
     #[test]
     fn pieces_from_json() {
-        let entry = json!({"index": 2, "id": "x", "type": "function", "function": {"name": "n", "arguments": {"a": 1}}});
+        let entry =
+            json!({"index": 2, "id": "x", "type": "function", "function": {"name": "n", "arguments": {"a": 1}}});
         let p = Piece::from_json(&entry, 0);
         assert_eq!((p.index, p.id, p.name, p.arguments.as_deref()), (2, Some("x"), Some("n"), Some("{\"a\":1}")));
         let entry = json!({"function": {"arguments": "{"}});

@@ -112,7 +112,14 @@ fn result(shaped: Shaped) -> ToolResult {
         Verdict::Failed => Status::Failed,
         Verdict::Error => Status::Error,
     };
-    ToolResult { status, summary: shaped.summary, data: Some(shaped.data), data_path: None, truncated: false, metadata: Vec::new() }
+    ToolResult {
+        status,
+        summary: shaped.summary,
+        data: Some(shaped.data),
+        data_path: None,
+        truncated: false,
+        metadata: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -139,7 +146,9 @@ mod tests {
         let mut rec = Record::default();
         let mut parser = sse::Parser::new();
         let mut assembler = Assembler::new(&mut rec);
-        if !feed(&mut parser, &mut assembler, Some(&body[..at])) && !feed(&mut parser, &mut assembler, Some(&body[at..])) {
+        if !feed(&mut parser, &mut assembler, Some(&body[..at]))
+            && !feed(&mut parser, &mut assembler, Some(&body[at..]))
+        {
             feed(&mut parser, &mut assembler, None);
         }
         let out = assembler.finish();
@@ -164,8 +173,16 @@ mod tests {
             );
             assert_eq!(
                 events,
-                ["thinking pla\u{f1}", "text h\u{e9}llo \u{1F600}", "start call_1 files", "bytes call_1 0",
-                 "start call_2 grep", "bytes call_2 4", "bytes call_1 14", "bytes call_2 7"],
+                [
+                    "thinking pla\u{f1}",
+                    "text h\u{e9}llo \u{1F600}",
+                    "start call_1 files",
+                    "bytes call_1 0",
+                    "start call_2 grep",
+                    "bytes call_2 4",
+                    "bytes call_1 14",
+                    "bytes call_2 7"
+                ],
                 "split at {at}"
             );
         }

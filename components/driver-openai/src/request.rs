@@ -195,7 +195,8 @@ fn assistant(blocks: &[Value], at: &str) -> Result<Option<Value>, String> {
     if text.is_empty() && calls.is_empty() {
         return Ok(None);
     }
-    let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+    let mut msg =
+        json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
     if !calls.is_empty() {
         msg["tool_calls"] = Value::Array(calls);
     }
@@ -315,11 +316,14 @@ mod tests {
             {"role": "tool", "tool_call_id": "c", "is_error": true, "content": []},
             {"role": "tool", "tool_call_id": "d", "content": []}]});
         let body = translate(&req).unwrap();
-        assert_eq!(body["messages"], json!([
+        assert_eq!(
+            body["messages"],
+            json!([
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c", "type": "function", "function": {"name": "n", "arguments": "{\"a\":1}"}}]},
             {"role": "tool", "tool_call_id": "c", "content": "error"},
-            {"role": "tool", "tool_call_id": "d", "content": ""}]));
+            {"role": "tool", "tool_call_id": "d", "content": ""}])
+        );
         assert!(body.get("tools").is_none(), "empty tools are omitted");
     }
 
@@ -327,8 +331,11 @@ mod tests {
     fn max_completion_tokens_replaces_max_tokens() {
         let req = json!({"model": "m", "max_tokens": 9, "messages": [], "params": {"max_completion_tokens": 7}});
         let body = translate(&req).unwrap();
-        assert_eq!(body, json!({"model": "m", "messages": [], "max_completion_tokens": 7, "stream": true,
-                                "stream_options": {"include_usage": true}}));
+        assert_eq!(
+            body,
+            json!({"model": "m", "messages": [], "max_completion_tokens": 7, "stream": true,
+                                "stream_options": {"include_usage": true}})
+        );
     }
 
     #[test]
@@ -337,14 +344,17 @@ mod tests {
         assert!(e.contains("`model`"), "{e}");
         let e = translate(&json!({"model": "m", "max_tokens": 0, "messages": []})).unwrap_err();
         assert!(e.contains("`max_tokens`"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": []}]})).unwrap_err();
+        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": []}]}))
+            .unwrap_err();
         assert!(e.contains("messages[0]") && e.contains("tool_call_id"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": []}]})).unwrap_err();
+        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": []}]}))
+            .unwrap_err();
         assert!(e.contains("unknown role"), "{e}");
         let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [], "params": []})).unwrap_err();
         assert!(e.contains("`params`"), "{e}");
         let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"media_type": "image/png"}}]}]})).unwrap_err();
+            {"type": "image", "source": {"media_type": "image/png"}}]}]}))
+        .unwrap_err();
         assert!(e.contains("messages[0].content[0].source.data"), "{e}");
     }
 }

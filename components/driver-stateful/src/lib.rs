@@ -7,7 +7,9 @@
 //! request (0 when none). When the last user message says `forget`, it returns an empty
 //! `continuation_id`, which tells the host to drop it. When the last message is a user message
 //! saying `tool`, it asks for a call to the undeclared tool `nothing`, so the host's next call
-//! carries a tool result in the tail.
+//! carries a tool result in the tail. When it says `echo`, the text also names what this call
+//! was given per driver choice: ` model=<m> max_tokens=<n> config=<MURMUR_INFERENCE_DRIVER_CONFIG
+//! or none> driver=<MURMUR_INFERENCE_DRIVER>`.
 //!
 //! It makes no HTTP request and emits no events. Deliberately not a real driver.
 
@@ -37,14 +39,28 @@ impl Guest for Component {
         let held = request["continuation_id"].as_str().map(str::to_string);
         let n = held.as_deref().and_then(|c| c.strip_prefix("cont-")).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
         let said = last_user_text(&messages).unwrap_or_default();
-        let text = format!("messages={} continuation={}", messages.len(), held.as_deref().unwrap_or("none"));
+        let mut text = format!("messages={} continuation={}", messages.len(), held.as_deref().unwrap_or("none"));
+        if said.contains("echo") {
+            let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "none".into());
+            text.push_str(&format!(
+                " model={} max_tokens={} config={} driver={}",
+                request["model"].as_str().unwrap_or("?"),
+                request["max_tokens"],
+                var("MURMUR_INFERENCE_DRIVER_CONFIG"),
+                var("MURMUR_INFERENCE_DRIVER"),
+            ));
+        }
         let next = if said.contains("forget") { String::new() } else { format!("cont-{}", n + 1) };
         let (stop, content) = if said.contains("tool") {
-            ("tool_call", json!([{"type": "text", "text": text}, {"type": "tool_call", "id": format!("call-{}", n + 1), "name": "nothing", "input": {}}]))
+            (
+                "tool_call",
+                json!([{"type": "text", "text": text}, {"type": "tool_call", "id": format!("call-{}", n + 1), "name": "nothing", "input": {}}]),
+            )
         } else {
             ("end_turn", json!([{"type": "text", "text": text}]))
         };
-        let response = json!({"stop_reason": stop, "content": content, "usage": {"input_tokens": 1, "output_tokens": 1}});
+        let response =
+            json!({"stop_reason": stop, "content": content, "usage": {"input_tokens": 1, "output_tokens": 1}});
         ToolResult {
             status: Status::Passed,
             summary: None,

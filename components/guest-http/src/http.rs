@@ -95,8 +95,7 @@ pub fn describe(code: &ErrorCode) -> String {
 
 /// POST `body` to `target` with `headers`; returns once the response head is in.
 pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Response, String> {
-    let list: Vec<(String, Vec<u8>)> =
-        headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
+    let list: Vec<(String, Vec<u8>)> = headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
     let fields = Fields::from_list(&list).map_err(|e| format!("invalid request header: {e:?}"))?;
     let request = OutgoingRequest::new(fields);
     let scheme = if target.https { Scheme::Https } else { Scheme::Http };
@@ -110,7 +109,8 @@ pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Re
     let outgoing = request.body().map_err(|()| "the request body was already taken".to_string())?;
     // Hand the request over first, then stream the body: the host may only
     // start draining the body once it owns the request.
-    let future = outgoing_handler::handle(request, None).map_err(|code| format!("transport error: {}", describe(&code)))?;
+    let future =
+        outgoing_handler::handle(request, None).map_err(|code| format!("transport error: {}", describe(&code)))?;
     let written = write_all(&outgoing, body);
     let written = match written {
         // `finish` tells the host the body is complete.
@@ -129,10 +129,12 @@ pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Re
         Some(Ok(Ok(response))) => response,
         Some(Ok(Err(code))) => return Err(format!("transport error: {}", describe(&code))),
         Some(Err(())) => return Err("the response was already taken".into()),
-        None => return Err(match written {
-            Err(e) => format!("writing the request body failed: {e}"),
-            Ok(()) => "the response never became ready".into(),
-        }),
+        None => {
+            return Err(match written {
+                Err(e) => format!("writing the request body failed: {e}"),
+                Ok(()) => "the response never became ready".into(),
+            });
+        }
     };
     drop(future);
     let status = response.status();
@@ -145,7 +147,11 @@ pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Re
     drop(head);
     let incoming = response.consume().map_err(|()| "the response body was already taken".to_string())?;
     let stream = incoming.stream().map_err(|()| "the response body stream was already taken".to_string())?;
-    Ok(Response { status, content_type, body: Body { stream, _body: incoming, _response: response, chunk: READ_CHUNK } })
+    Ok(Response {
+        status,
+        content_type,
+        body: Body { stream, _body: incoming, _response: response, chunk: READ_CHUNK },
+    })
 }
 
 /// Write `body` through the outgoing stream, ≤ 4096 bytes per call.

@@ -62,7 +62,11 @@ mod tests {
         let ok = json!({"stop_reason": "end_turn", "content": []});
         assert_eq!(
             outcome(&ok, None),
-            Shaped { status: Verdict::Passed, summary: None, data: r#"{"content":[],"stop_reason":"end_turn"}"#.into() }
+            Shaped {
+                status: Verdict::Passed,
+                summary: None,
+                data: r#"{"content":[],"stop_reason":"end_turn"}"#.into()
+            }
         );
         let failed = outcome(&error_response("HTTP 500: x"), Some("HTTP 500: x".into()));
         assert_eq!(failed.status, Verdict::Failed);

@@ -77,7 +77,10 @@ mod tests {
         let t = messages_target("https://api.example.com/").unwrap();
         assert_eq!(t, Target { https: true, authority: "api.example.com".into(), path: "/v1/messages".into() });
         let t = messages_target("http://127.0.0.1:8080/gw/anthropic//").unwrap();
-        assert_eq!(t, Target { https: false, authority: "127.0.0.1:8080".into(), path: "/gw/anthropic/v1/messages".into() });
+        assert_eq!(
+            t,
+            Target { https: false, authority: "127.0.0.1:8080".into(), path: "/gw/anthropic/v1/messages".into() }
+        );
         assert!(messages_target("ftp://x").is_err());
         assert!(messages_target("http:///x").is_err());
         assert!(messages_target("http://x/?a=1").is_err());
@@ -89,7 +92,10 @@ mod tests {
         let t = chat_completions_target("https://api.openai.com/v1/").unwrap();
         assert_eq!(t, Target { https: true, authority: "api.openai.com".into(), path: "/v1/chat/completions".into() });
         let t = chat_completions_target("http://127.0.0.1:11434/v1").unwrap();
-        assert_eq!(t, Target { https: false, authority: "127.0.0.1:11434".into(), path: "/v1/chat/completions".into() });
+        assert_eq!(
+            t,
+            Target { https: false, authority: "127.0.0.1:11434".into(), path: "/v1/chat/completions".into() }
+        );
         let t = chat_completions_target("HTTP://127.0.0.1:9/").unwrap();
         assert_eq!(t, Target { https: false, authority: "127.0.0.1:9".into(), path: "/chat/completions".into() });
         assert!(chat_completions_target("ftp://x").is_err());

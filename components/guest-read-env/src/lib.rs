@@ -23,23 +23,14 @@ struct Component;
 impl Guest for Component {
     fn run(input: ToolInput) -> ToolResult {
         let name = input.data.unwrap_or_default().trim().to_string();
-        let mut names: Vec<String> = std::env::vars_os()
-            .map(|(k, _)| k.to_string_lossy().into_owned())
-            .collect();
+        let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
         names.sort();
         let metadata = vec![("names".to_string(), names.join(","))];
         let (status, summary, data) = match std::env::var(&name) {
             Ok(value) => (Status::Passed, format!("{name} is visible"), Some(value)),
             Err(e) => (Status::Failed, format!("{name}: {e}"), None),
         };
-        ToolResult {
-            status,
-            summary: Some(summary),
-            data,
-            data_path: None,
-            truncated: false,
-            metadata,
-        }
+        ToolResult { status, summary: Some(summary), data, data_path: None, truncated: false, metadata }
     }
 }
 

@@ -40,14 +40,7 @@ impl Guest for Component {
 }
 
 fn result(status: Status, summary: String, data: Option<String>) -> ToolResult {
-    ToolResult {
-        status,
-        summary: Some(summary),
-        data,
-        data_path: None,
-        truncated: false,
-        metadata: Vec::new(),
-    }
+    ToolResult { status, summary: Some(summary), data, data_path: None, truncated: false, metadata: Vec::new() }
 }
 
 export!(Component);

@@ -35,10 +35,8 @@ impl Guest for Component {
         };
         let path = if request.path.is_empty() { "." } else { request.path.as_str() };
         let effect = if request.op == Op::Write { "mutate" } else { "read" };
-        let metadata = vec![
-            ("state_effect".to_string(), effect.to_string()),
-            ("resource_id".to_string(), path.to_string()),
-        ];
+        let metadata =
+            vec![("state_effect".to_string(), effect.to_string()), ("resource_id".to_string(), path.to_string())];
         if let Err(message) = check_path(path) {
             return failed(message, metadata);
         }
@@ -78,9 +76,9 @@ struct Request {
 }
 
 fn parse(data: Option<&str>) -> Result<Request, String> {
-    let data = data.filter(|d| !d.trim().is_empty()).ok_or(
-        r#"no input: expected {"op": "read"|"write"|"list", "path": "...", "content"?: "..."}"#,
-    )?;
+    let data = data
+        .filter(|d| !d.trim().is_empty())
+        .ok_or(r#"no input: expected {"op": "read"|"write"|"list", "path": "...", "content"?: "..."}"#)?;
     let value: Value = serde_json::from_str(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
     let op = match value.get("op").and_then(Value::as_str) {
         Some("read") => Op::Read,
@@ -156,7 +154,14 @@ fn write(path: &str, content: Option<&str>) -> Outcome {
 }
 
 fn failed(summary: String, metadata: Vec<(String, String)>) -> ToolResult {
-    ToolResult { status: Status::Failed, summary: Some(summary), data: None, data_path: None, truncated: false, metadata }
+    ToolResult {
+        status: Status::Failed,
+        summary: Some(summary),
+        data: None,
+        data_path: None,
+        truncated: false,
+        metadata,
+    }
 }
 
 #[cfg(test)]
