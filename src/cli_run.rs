@@ -350,9 +350,6 @@ pub async fn run_with(
                         break;
                     }
                 }
-                if !args.json && o.exit_status != ExitStatus::Ok {
-                    eprintln!("task {}: {}", o.exit_status.as_str(), o.message);
-                }
                 if o.exit_status != ExitStatus::Ok {
                     code = ExitCode::from(1);
                 }

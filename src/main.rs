@@ -44,13 +44,21 @@ enum Command {
     },
 }
 
+/// The log filter without `CAPSULE_LOG`: warnings of this project's crates, errors of the rest.
+const DEFAULT_LOG: &str = "error,capsule=warn,capsule_actors=warn,capsule_runtime=warn,capsule_protocol=warn";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Our own crates' warnings by default; other crates' logs (wasmtime's, hyper's) only when
+    // asked for with CAPSULE_LOG (an EnvFilter: `debug`, `capsule_actors=trace`, ...). Colour
+    // only on a terminal, so a log redirected to a file carries no escape codes.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CAPSULE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -133,6 +133,8 @@ enum Ended {
     Closed,
     /// Try again: why it dropped.
     Dropped(String),
+    /// Nothing answered at the URL: retried only once a connection has worked before.
+    Unreachable(String),
     /// Not worth retrying.
     Fatal(String),
 }
@@ -183,7 +185,7 @@ async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut S
     }
     let mut resp = match req.send().await {
         Ok(r) => r,
-        Err(e) => return (Ended::Dropped(format!("cannot reach {url}: {}", chain(&e))), false),
+        Err(e) => return (Ended::Unreachable(format!("cannot reach {url}: {}", chain(&e))), false),
     };
     let status = resp.status();
     let content_type =
@@ -269,6 +271,8 @@ pub async fn watch(args: WatchArgs) -> ExitCode {
     };
     let mut seen = Seen { last_id: args.last_event_id, acked: false };
     let mut failures: u32 = 0;
+    let mut ever_connected = false;
+    eprintln!("watch: connecting to {url} …");
     loop {
         let started = Instant::now();
         let (ended, printed) = connect_once(&client, &url, &mut seen, args.json).await;
@@ -278,7 +282,18 @@ pub async fn watch(args: WatchArgs) -> ExitCode {
                 eprintln!("error: {why}");
                 return ExitCode::from(2);
             }
-            Ended::Dropped(why) => why,
+            // A first connection that finds nobody is a wrong URL or a capsule that is not
+            // running: say so at once instead of retrying for a minute.
+            Ended::Unreachable(why) if !ever_connected => {
+                eprintln!(
+                    "error: {why}; is the capsule running? Use the door URL `capsule run` prints (also in its session folder's door.url, and in `capsule ps`)"
+                );
+                return ExitCode::from(2);
+            }
+            Ended::Unreachable(why) | Ended::Dropped(why) => {
+                ever_connected = true;
+                why
+            }
         };
         if printed || started.elapsed() >= STEADY_AFTER {
             failures = 0;

@@ -57,6 +57,18 @@ pub enum LaunchError {
 }
 
 impl LaunchError {
+    /// Whether the launch was refused for what it was given (manifest, artifact, credential,
+    /// planted files, a damaged journal): the same launch would be refused again.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            LaunchError::Manifest(_)
+                | LaunchError::Load(_)
+                | LaunchError::Files(_)
+                | LaunchError::JournalDamaged { .. }
+        )
+    }
+
     /// The leading diagnostic code.
     pub fn code(&self) -> Code {
         match self {
@@ -87,6 +99,17 @@ pub enum InferenceError {
     Driver {
         /// The driver's message (status and body of a provider error, the stream problem...).
         message: String,
+    },
+    /// The provider could not be reached at all (refused, no such host, TLS, timeout).
+    #[error(
+        "{code}: cannot reach the provider at {endpoint}: {why}; check the endpoint (the manifest's gateway or --endpoint), that the provider is running, and that this machine can reach it",
+        code = Code::InferenceFailed
+    )]
+    Unreachable {
+        /// The endpoint the driver was sending to.
+        endpoint: String,
+        /// What went wrong, in words.
+        why: String,
     },
     /// The driver answered something that is not the neutral response.
     #[error("{code}: driver `{artifact}` answered data that is not a neutral response; the driver is broken", code = Code::DriverProtocol)]
@@ -126,7 +149,7 @@ impl InferenceError {
     pub fn code(&self) -> Code {
         match self {
             InferenceError::Guest(e) => e.code(),
-            InferenceError::Driver { .. } => Code::InferenceFailed,
+            InferenceError::Driver { .. } | InferenceError::Unreachable { .. } => Code::InferenceFailed,
             InferenceError::Protocol { .. } => Code::DriverProtocol,
             InferenceError::Credential { .. } => Code::CredentialUnresolved,
             InferenceError::GatewayDown { .. } => Code::ActorCrashed,

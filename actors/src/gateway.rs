@@ -116,6 +116,7 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
             };
         }
     };
+    let endpoint = route.as_ref().map(|r| r.endpoint.to_string());
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;
     // The choice's model and driver config, per call (two choices may share this driver).
@@ -170,6 +171,14 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
                 }),
             }
         }
+    };
+    // A call that failed because the provider could not be reached says so, naming where.
+    let result = match (result, outcome.unreachable) {
+        (Err(InferenceError::Driver { .. }), Some((authority, why))) => Err(InferenceError::Unreachable {
+            endpoint: endpoint.unwrap_or_else(|| format!("http://{authority}")),
+            why,
+        }),
+        (r, _) => r,
     };
     InferReply {
         result,

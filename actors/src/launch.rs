@@ -122,6 +122,24 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
 /// Read, validate and load. `session_id` and `workdir` go into each artifact's environment and
 /// grants.
 pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
+    // Folders this launch creates and would leave empty behind a refusal: deepest first.
+    let mut created = vec![opts.workdir.join(FILES_DIR)];
+    let mut p = Some(opts.workdir.as_path());
+    while let Some(dir) = p.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        created.push(dir.to_path_buf());
+        p = dir.parent();
+    }
+    let prepared = prepare_in(opts, session_id);
+    if prepared.is_err() && created.len() > 1 {
+        // `remove_dir` removes only empty folders: nothing written is ever lost.
+        for dir in &created {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+    prepared
+}
+
+fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
     let mut opts = opts.clone();
     Beneath::create(&opts.workdir).map_err(LaunchError::Files)?;
     opts.workdir = std::fs::canonicalize(&opts.workdir)
@@ -142,6 +160,10 @@ pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launc
     })?;
     let (mut m, mut warnings) = manifest::parse(&text, &origin)?;
     if let Some(o) = &opts.endpoint_override {
+        let refused = manifest::endpoint_override_rules(&o.endpoint);
+        if refused.has_errors() {
+            return Err(refused.into());
+        }
         let api_key = if o.keyless { None } else { m.primary_gateway().and_then(|g| g.api_key) };
         let g = manifest::Gateway { endpoint: o.endpoint.clone(), keyless: api_key.is_none(), api_key };
         m.inference.endpoint = None;

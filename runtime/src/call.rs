@@ -83,6 +83,8 @@ pub struct CallOutcome {
     pub stderr: String,
     /// The status of the last HTTP response the call received, if any.
     pub upstream: Option<crate::policy::UpstreamStatus>,
+    /// The last request of the call that got no answer: `(authority, what went wrong)`.
+    pub unreachable: Option<(String, String)>,
 }
 
 fn ticks(d: Duration) -> u64 {
@@ -113,6 +115,7 @@ impl LoadedArtifact {
                     call_time: Duration::ZERO,
                     stderr: String::new(),
                     upstream: None,
+                    unreachable: None,
                 };
             }
         };
@@ -129,6 +132,7 @@ impl LoadedArtifact {
                 policy: grants.policy.clone(),
                 response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
                 last: Default::default(),
+                unreachable: Default::default(),
             },
             limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
             events,
@@ -151,6 +155,7 @@ impl LoadedArtifact {
                     call_time: Duration::ZERO,
                     stderr: stderr_text(&store),
                     upstream: None,
+                    unreachable: None,
                 };
             }
         };
@@ -195,7 +200,8 @@ impl LoadedArtifact {
             result
         };
         let upstream = *store.data().hooks.last.lock().unwrap_or_else(|p| p.into_inner());
-        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream }
+        let unreachable = store.data().hooks.unreachable.lock().unwrap_or_else(|p| p.into_inner()).take();
+        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream, unreachable }
     }
 
     fn classify(

@@ -294,6 +294,31 @@ pub(crate) struct Hooks {
     pub policy: OutgoingPolicy,
     pub response: ResponseLimit,
     pub last: Arc<std::sync::Mutex<Option<UpstreamStatus>>>,
+    /// The last request that got no answer at all: `(authority, what went wrong)`.
+    pub unreachable: Arc<std::sync::Mutex<Option<(String, String)>>>,
+}
+
+/// A transport failure in words a user can act on (wasi:http's error codes name the case).
+fn transport_words(e: &HttpError) -> String {
+    let raw = format!("{e:?}");
+    let known = [
+        ("ConnectionRefused", "the connection was refused (nothing listens there)"),
+        ("DnsError", "the host name does not resolve"),
+        ("lookup address", "the host name does not resolve"),
+        ("DnsTimeout", "the host name did not resolve in time"),
+        ("ConnectionTimeout", "the connection timed out"),
+        ("ConnectionReadTimeout", "the provider stopped answering"),
+        ("ConnectionTerminated", "the connection was closed"),
+        ("DestinationUnavailable", "the destination is unreachable"),
+        ("DestinationNotFound", "the destination was not found"),
+        ("DestinationIpProhibited", "the destination address is not allowed"),
+        ("DestinationIpUnroutable", "the destination address cannot be routed"),
+        ("TlsProtocolError", "TLS failed (is the endpoint really https?)"),
+        ("TlsCertificateError", "the TLS certificate was refused"),
+        ("TlsAlertReceived", "the provider ended the TLS handshake"),
+        ("HttpProtocolError", "the answer was not HTTP (is the endpoint really http?)"),
+    ];
+    known.iter().find(|(k, _)| raw.contains(k)).map_or(raw, |(_, words)| words.to_string())
 }
 
 impl WasiHttpHooks for Hooks {
@@ -307,9 +332,17 @@ impl WasiHttpHooks for Hooks {
         let decided = self.policy.decide(request);
         let limit = self.response.clone();
         let last = self.last.clone();
+        let unreachable = self.unreachable.clone();
         Box::new(async move {
             let request = decided?;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let authority = request.uri().authority().map(ToString::to_string).unwrap_or_default();
+            let (res, io) = match wasmtime_wasi_http::default_send_request(request, options).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    *unreachable.lock().unwrap_or_else(|p| p.into_inner()) = Some((authority, transport_words(&e)));
+                    return Err(e);
+                }
+            };
             let retry_after = res
                 .headers()
                 .get(http::header::RETRY_AFTER)

@@ -140,3 +140,49 @@ async fn a_provider_error_event_mid_stream_fails_the_task_naming_it() {
     };
     provider_failure(t, "overloaded_error").await;
 }
+
+/// `--endpoint` is held to the manifest's endpoint rules, with the same code, and a refused
+/// launch leaves no folder behind.
+#[test]
+fn an_endpoint_override_is_checked_like_a_manifest_endpoint_and_a_refusal_leaves_no_folder() {
+    let root = tempfile::tempdir().expect("tempdir");
+    for (endpoint, says) in [
+        ("http://10.1.2.3:80", "is plain http to a host that is not loopback"),
+        ("10.1.2.3:80", "is not an http(s) URL"),
+        ("https://${HOST}/v1", "interpolation is only allowed in api_key"),
+    ] {
+        let workdir = root.path().join("work").join("hello");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+            .args(["run", &repo().join("examples/hello").display().to_string(), "--task", "hi", "--keyless"])
+            .args(["--endpoint", endpoint, "--workdir"])
+            .arg(&workdir)
+            .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+            .output()
+            .expect("capsule runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{endpoint}: refused at launch: {stderr}");
+        assert!(stderr.contains("E-MAN-007 at --endpoint") && stderr.contains(says), "{endpoint}: {stderr}");
+        assert!(!root.path().join("work").exists(), "{endpoint}: a refused launch made no folder");
+    }
+}
+
+/// A provider that cannot be reached is named, with what went wrong in words and what to
+/// check, instead of a wasi:http error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_provider_is_named_with_what_went_wrong_and_what_to_check() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let session = anthropic_capsule(&endpoint, &[], "").launch().await.expect("launch");
+    let outcome = session.submit("hello").await.expect("outcome");
+    assert_eq!(outcome.exit_status, ExitStatus::Failed);
+    assert!(
+        outcome.message.starts_with(&format!("E-RUN-040: cannot reach the provider at {endpoint}"))
+            && outcome.message.contains("connection was refused")
+            && outcome.message.contains("check the endpoint"),
+        "{}",
+        outcome.message
+    );
+    assert!(!outcome.message.contains("ErrorCode"), "{}", outcome.message);
+    session.shutdown().await;
+}

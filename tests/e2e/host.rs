@@ -328,7 +328,7 @@ async fn a_crash_looping_capsule_is_restarted_then_failed_while_its_neighbour_ke
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports_why() {
+async fn a_capsule_refused_at_launch_is_failed_at_once_with_its_code_and_the_api_reports_why() {
     let stub = stub(vec![Turn::text("ok")]);
     let good = anthropic_capsule(&stub.url(), &[], "");
     let missing = tempfile::tempdir().expect("tempdir");
@@ -351,7 +351,7 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
     let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
     let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
-    wait_for(&host, "broken", "failed after its retries", |e| e.state == CapsuleState::Failed).await;
+    wait_for(&host, "broken", "failed at once", |e| e.state == CapsuleState::Failed).await;
     // A cold component cache can leave `good` compiling well after `broken` gave up: wait on
     // its state, never on time.
     wait_for(&host, "good", "running", |e| e.state == CapsuleState::Running).await;
@@ -359,8 +359,9 @@ async fn a_capsule_that_cannot_launch_is_retried_then_failed_and_the_api_reports
         reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
     assert_eq!(list[0]["state"], "running");
     assert_eq!(list[1]["state"], "failed");
-    assert_eq!(list[1]["restarts"], 3);
-    assert!(list[1]["error"].as_str().expect("error").starts_with("E-MAN-001"), "{}", list[1]);
+    assert_eq!(list[1]["restarts"], 0, "a refusal is not retried: {}", list[1]);
+    let error = list[1]["error"].as_str().expect("error");
+    assert!(error.starts_with("E-MAN-001") && error.contains("refused at launch, so not retried"), "{}", list[1]);
     assert_eq!(list[1]["url"], Value::Null);
     let one: Value =
         reqwest::get(format!("{}/capsules/good", api.url())).await.expect("get").json().await.expect("json");

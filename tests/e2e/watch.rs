@@ -198,3 +198,30 @@ async fn watch_survives_a_dropped_connection_and_prints_every_frame_exactly_once
     assert_eq!(got.len(), expected.len(), "as many frames as the session emitted");
     assert!(got == expected, "watch printed exactly the emitted frames");
 }
+
+/// A wrong URL (nothing listens there) fails at once with exit 2 and says what to check,
+/// instead of retrying in silence.
+#[test]
+fn watch_on_a_url_where_nothing_listens_fails_at_once_saying_what_to_check() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["watch", &format!("http://127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        // Its own retries would take about a minute; it must not get there.
+        assert!(std::time::Instant::now() < deadline, "watch kept retrying a URL where nothing listens");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("read");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot reach") && stderr.contains("is the capsule running"), "{stderr}");
+    assert!(!stderr.contains("reconnecting"), "no retry on a first connection: {stderr}");
+}

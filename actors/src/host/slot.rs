@@ -93,7 +93,9 @@ impl SlotState {
         let _ = self.args.host.cast(HostMsg::Report(self.entry()));
     }
 
-    /// Launch a session and its door; on failure, treat it as a crash.
+    /// Launch a session and its door. A refusal (a bad manifest or artifact, a credential that
+    /// resolves nowhere) cannot succeed on a retry: the capsule is `failed` at once, with its
+    /// code. Anything else is treated as a crash.
     async fn launch(&mut self, myself: &ActorRef<SlotMsg>) {
         self.set(CapsuleState::Starting);
         match open(&self.args.spec, &self.args.shared, myself.get_cell()).await {
@@ -102,7 +104,12 @@ impl SlotState {
                 self.running = Some(r);
                 self.set(CapsuleState::Running);
             }
-            Err(why) => self.crashed(myself, why),
+            Err(NotOpened::Refused(why)) => {
+                tracing::error!(capsule = %self.args.spec.name, error = %why, "capsule refused at launch; not retrying it");
+                self.error = Some(format!("{why} (refused at launch, so not retried: fix it, then start it again)"));
+                self.set(CapsuleState::Failed);
+            }
+            Err(NotOpened::Crashed(why)) => self.crashed(myself, why),
         }
     }
 
@@ -164,8 +171,22 @@ impl SlotState {
     }
 }
 
+/// Why a capsule did not open.
+enum NotOpened {
+    /// The launch was refused: retrying cannot help.
+    Refused(String),
+    /// Something failed that a retry may not meet again.
+    Crashed(String),
+}
+
+impl From<String> for NotOpened {
+    fn from(why: String) -> Self {
+        NotOpened::Crashed(why)
+    }
+}
+
 /// Launch the session, link its supervisor to the slot, open the door.
-async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result<Running, String> {
+async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result<Running, NotOpened> {
     let opts = LaunchOptions {
         manifest: spec.manifest.clone(),
         workdir: spec.workdir.clone(),
@@ -175,17 +196,22 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
         machine: shared.machine.clone(),
         endpoint_override: None,
     };
-    let session = Arc::new(Session::launch(opts).await.map_err(|e| chain(&e))?);
+    let session = Arc::new(Session::launch(opts).await.map_err(|e| {
+        let why = chain(&e);
+        if e.is_refusal() { NotOpened::Refused(why) } else { NotOpened::Crashed(why) }
+    })?);
     let supervisor = session.supervisor_cell();
     supervisor.link(slot);
     if supervisor.get_status() >= ActorStatus::Draining {
-        return Err(format!("{code}: session {} stopped as it started", session.session_id, code = Code::ActorCrashed));
+        return Err(
+            format!("{code}: session {} stopped as it started", session.session_id, code = Code::ActorCrashed).into()
+        );
     }
     let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port)).await {
         Ok(d) => d,
         Err(e) => {
             session.shutdown().await;
-            return Err(chain(&e));
+            return Err(chain(&e).into());
         }
     };
     if let Err(e) = session.record_door(&door.url()) {

@@ -15,6 +15,6 @@ pub use artifact::{ArtifactManifest, UpstreamAuth};
 pub use parse::{parse, parse_artifact_manifest};
 pub use types::*;
 pub use validate::{
-    AllowRule, KNOWN_SETTINGS, artifact_capability_rules, interpolated_name, is_credential_shaped, is_loopback_host,
-    scope_parts,
+    AllowRule, KNOWN_SETTINGS, artifact_capability_rules, endpoint_override_rules, interpolated_name,
+    is_credential_shaped, is_loopback_host, scope_parts,
 };

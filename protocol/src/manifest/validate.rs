@@ -306,6 +306,17 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
     Diagnostics(out)
 }
 
+/// An endpoint given on the command line (`--endpoint`), checked by the manifest's endpoint
+/// rules: `https://…`, or `http://` to a loopback host only, never `${…}`.
+pub fn endpoint_override_rules(endpoint: &str) -> Diagnostics {
+    let mut out = Vec::new();
+    let g = Gateway { endpoint: endpoint.to_string(), api_key: None, keyless: true };
+    gateway_rules(&g, "--endpoint", &mut |code, _at: String, rule: String, fix: &str| {
+        out.push(Diagnostic::new(code, "--endpoint", rule, fix))
+    });
+    Diagnostics(out)
+}
+
 fn gateway_rules(g: &Gateway, at: &str, err: &mut impl FnMut(Code, String, String, &str)) {
     match g.endpoint.split_once("://") {
         Some(("https", rest)) if !rest.is_empty() => {}
