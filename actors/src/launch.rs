@@ -119,6 +119,26 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
     Ok(c)
 }
 
+/// Refuse a component whose imports rule out the role it is declared with: a driver importing
+/// the tool-only `murmur:task/task`, or a tool importing the driver-only `murmur:text/chunks`.
+/// (Both worlds export the same `run`; a component that imports neither is taken at its word.)
+fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic> {
+    let imports = |prefix: &str| loaded.murmur_imports.iter().find(|i| i.starts_with(prefix));
+    let wrong = match decl.runtime {
+        ArtifactRuntime::Driver => imports("murmur:task/task").map(|i| (i, "a driver", "a tool")),
+        ArtifactRuntime::Tool => imports("murmur:text/chunks").map(|i| (i, "a tool", "a (legacy) driver")),
+    };
+    match wrong {
+        None => Ok(()),
+        Some((interface, declared, is)) => Err(Diagnostic::new(
+            Code::ArtifactWrongRole,
+            format!("artifacts[{}].runtime", decl.name),
+            format!("artifact `{}` is declared {declared}, but its component imports `{interface}`, so it is {is}", decl.name),
+            "declare it with the runtime it was built for, or name the right component in `source:`",
+        )),
+    }
+}
+
 /// Read, validate and load. `session_id` and `workdir` go into each artifact's environment and
 /// grants.
 pub fn prepare(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, LaunchError> {
@@ -229,6 +249,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             .into());
         }
         let loaded = LoadedArtifact::load_file(&opts.host, &decl.name, &module)?;
+        role_fits(decl, &loaded)?;
         let at = format!("artifacts[{}].capabilities", decl.name);
         let caps = narrow(
             &narrow(&m.capabilities, decl.capabilities.as_ref(), &at)?,
@@ -378,7 +399,9 @@ pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
         .map(|a| ToolSpec {
             name: a.decl.name.clone(),
             description: a.own.as_ref().and_then(|o| o.description.clone()),
-            parameters: a.own.as_ref().and_then(|o| o.parameters.clone()).unwrap_or_else(|| serde_json::json!({})),
+            // A bare component says nothing of its input: the model is offered any object
+            // (real providers refuse an empty schema).
+            parameters: a.own.as_ref().and_then(|o| o.parameters.clone()).unwrap_or_else(|| serde_json::json!({"type": "object"})),
         })
         .collect()
 }

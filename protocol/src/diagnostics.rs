@@ -37,6 +37,10 @@ pub enum Code {
     ArtifactCompile,
     /// An artifact folder's own `murmur.yaml` is invalid.
     ArtifactManifest,
+    /// A component is declared with a role its imports rule out: a driver that imports the
+    /// tool-only `murmur:task/task`, or a tool that imports the driver-only
+    /// `murmur:text/chunks`.
+    ArtifactWrongRole,
     /// The primary driver's credential resolves nowhere (CONTRACT §5).
     CredentialUnresolved,
     /// A guest call ran past `capabilities.limits.deadline_seconds`.
@@ -103,6 +107,7 @@ impl Code {
             Code::ArtifactUnknownImport => "E-CAP-004",
             Code::ArtifactCompile => "E-CAP-005",
             Code::ArtifactManifest => "E-CAP-006",
+            Code::ArtifactWrongRole => "E-CAP-007",
             Code::CredentialUnresolved => "E-RUN-025",
             Code::DeadlineExceeded => "E-RUN-030",
             Code::MemoryLimit => "E-RUN-031",

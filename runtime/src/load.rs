@@ -34,6 +34,8 @@ pub struct LoadedArtifact {
     pub cache_hit: CacheHit,
     /// Time spent loading (read + check + compile or cache load + pre-link).
     pub load_time: std::time::Duration,
+    /// The `murmur:` interfaces the component imports (only those it uses).
+    pub murmur_imports: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadedArtifact {
@@ -100,7 +102,9 @@ impl LoadedArtifact {
         }
         let pre = host.linker.instantiate_pre(&component).map_err(|e| compile_err(name, e))?;
         let pre = HostPre::new(pre).map_err(|e| compile_err(name, e))?;
-        Ok(LoadedArtifact { name: name.into(), pre, cache_hit, load_time: started.elapsed() })
+        let murmur_imports =
+            ty.imports(&host.engine).map(|(n, _)| n.to_string()).filter(|n| n.starts_with("murmur:")).collect();
+        Ok(LoadedArtifact { name: name.into(), pre, cache_hit, load_time: started.elapsed(), murmur_imports })
     }
 
     /// The artifact's name.

@@ -186,3 +186,15 @@ async fn an_unreachable_provider_is_named_with_what_went_wrong_and_what_to_check
     assert!(!outcome.message.contains("ErrorCode"), "{}", outcome.message);
     session.shutdown().await;
 }
+
+/// A component declared with a role its imports rule out is refused at launch, naming both.
+#[tokio::test]
+async fn a_driver_component_declared_as_a_tool_is_refused_by_its_imports() {
+    let e = refused(
+        "name: bad\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\n  - {name: legacy, runtime: tool, source: '{DIST}/driver-legacy.wasm'}\ninference: {model: m, driver: {artifact: d}}\n",
+    )
+    .await;
+    let text = e.to_string();
+    assert_eq!(e.code().as_str(), "E-CAP-007", "{text}");
+    assert!(text.contains("artifacts[legacy].runtime") && text.contains("murmur:text/chunks"), "{text}");
+}

@@ -243,3 +243,17 @@ async fn a_long_tool_result_reaches_the_model_whole_but_frames_and_trace_carry_a
     }
     session.shutdown().await;
 }
+
+/// A bare `.wasm` tool says nothing of its input: the model is offered any object, never `{}`
+/// (which real providers refuse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_component_tool_is_offered_an_object_schema() {
+    let stub = stub(vec![Turn::text("done")]);
+    let cap = anthropic_capsule(&stub.url(), &[("spin", "{DIST}/guest-spin-forever.wasm")], "");
+    let session = cap.launch().await.expect("launch");
+    session.submit("hi").await.expect("outcome");
+    let body = &stub.requests()[0].body;
+    let spin = body["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "spin").expect("spin offered");
+    assert_eq!(spin["input_schema"], serde_json::json!({"type": "object"}), "{spin}");
+    session.shutdown().await;
+}
