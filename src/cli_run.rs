@@ -114,13 +114,24 @@ pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRe
 }
 
 /// The manifest a session's `session_start` recorded.
-fn recorded_manifest(dir: &std::path::Path) -> Option<PathBuf> {
+/// The first `session_start` of a session folder's trace.
+fn recorded_start(dir: &std::path::Path) -> Option<serde_json::Value> {
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).ok()?;
     trace
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|e| e["event_type"] == "session_start")
-        .and_then(|e| e["manifest"].as_str().map(PathBuf::from))
+}
+
+fn recorded_manifest(dir: &std::path::Path) -> Option<PathBuf> {
+    recorded_start(dir).and_then(|e| e["manifest"].as_str().map(PathBuf::from))
+}
+
+/// The `--endpoint` (and `--keyless`) the session was started with, so a resume without them
+/// sends the primary driver's traffic where the session did.
+fn recorded_endpoint(dir: &std::path::Path) -> Option<EndpointOverride> {
+    let o = recorded_start(dir)?.get("endpoint_override").cloned()?;
+    Some(EndpointOverride { endpoint: o["endpoint"].as_str()?.to_string(), keyless: o["keyless"].as_bool()? })
 }
 
 /// The full cause chain of an error, one cause per `: `.
@@ -247,6 +258,10 @@ pub async fn run_with(
     let mut stop = Stop::install();
     let capsule = match (&args.capsule, &args.resume) {
         (Some(c), _) => c.clone(),
+        (None, Some(dir)) if recorded_start(dir).is_none() => {
+            eprintln!("error: {}", capsule_actors::LaunchError::NotASession { path: dir.clone() });
+            return ExitCode::from(2);
+        }
         (None, Some(dir)) => match recorded_manifest(dir) {
             Some(m) => m,
             None => {
@@ -271,6 +286,10 @@ pub async fn run_with(
             return ExitCode::from(2);
         }
     };
+    let endpoint_override = match (&endpoint_override, &args.resume) {
+        (None, Some(dir)) => recorded_endpoint(dir),
+        _ => endpoint_override,
+    };
     let opts = LaunchOptions {
         manifest: capsule.clone(),
         workdir: workdir.clone(),
@@ -291,6 +310,10 @@ pub async fn run_with(
     };
     let session = match launched {
         Ok(s) => Arc::new(s),
+        Err(e @ capsule_actors::LaunchError::AlreadyEnded { .. }) => {
+            eprintln!("{e}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("error: {}", chain(&e));
             return ExitCode::from(2);

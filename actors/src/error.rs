@@ -45,6 +45,25 @@ pub enum LaunchError {
         /// Good lines before it.
         good: usize,
     },
+    /// `--resume` was given a folder that is not a session folder.
+    #[error(
+        "{code}: {} is not a session folder (a `ses_…` folder holding trace.jsonl); pass the folder `capsule run` printed, or find it with `capsule ps <workdir>`",
+        path.display(),
+        code = Code::NotASession
+    )]
+    NotASession {
+        /// The folder.
+        path: std::path::PathBuf,
+    },
+    /// `--resume` of a session that ended (its last record is `session_end`) with nothing left
+    /// to run: nothing is started and nothing is written.
+    #[error(
+        "session {session} ended and has nothing to resume (no task was running or queued); start a new session with `capsule run <capsule>`"
+    )]
+    AlreadyEnded {
+        /// The session id.
+        session: String,
+    },
     /// An actor could not be spawned.
     #[error("{code}: the {role} actor could not start", code = Code::ActorCrashed)]
     Spawn {
@@ -77,6 +96,7 @@ impl LaunchError {
             LaunchError::Io { .. } => Code::SessionIo,
             LaunchError::Files(_) => Code::SessionFileRefused,
             LaunchError::JournalDamaged { .. } => Code::JournalDamaged,
+            LaunchError::NotASession { .. } | LaunchError::AlreadyEnded { .. } => Code::NotASession,
             LaunchError::Spawn { .. } => Code::ActorCrashed,
         }
     }

@@ -133,7 +133,10 @@ fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic>
         Some((interface, declared, is)) => Err(Diagnostic::new(
             Code::ArtifactWrongRole,
             format!("artifacts[{}].runtime", decl.name),
-            format!("artifact `{}` is declared {declared}, but its component imports `{interface}`, so it is {is}", decl.name),
+            format!(
+                "artifact `{}` is declared {declared}, but its component imports `{interface}`, so it is {is}",
+                decl.name
+            ),
             "declare it with the runtime it was built for, or name the right component in `source:`",
         )),
     }
@@ -401,7 +404,11 @@ pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
             description: a.own.as_ref().and_then(|o| o.description.clone()),
             // A bare component says nothing of its input: the model is offered any object
             // (real providers refuse an empty schema).
-            parameters: a.own.as_ref().and_then(|o| o.parameters.clone()).unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            parameters: a
+                .own
+                .as_ref()
+                .and_then(|o| o.parameters.clone())
+                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
         })
         .collect()
 }

@@ -289,6 +289,8 @@ impl Session {
             "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
             "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
             "manifest": std::fs::canonicalize(crate::launch::manifest_path(&opts.manifest)).ok(), "resumed": resumed_id.is_some(),
+            // So `--resume` sends the primary driver's traffic where this session did.
+            "endpoint_override": opts.endpoint_override.as_ref().map(|o| json!({"endpoint": o.endpoint, "keyless": o.keyless})),
         });
         if !m.inference.alternates.is_empty() {
             start["inference_choices"] = json!(choices.iter().map(|c| {

@@ -25,54 +25,65 @@ impl Session {
         dir: &std::path::Path,
         repair: bool,
     ) -> Result<(Session, Vec<String>), LaunchError> {
-        let io = |source| LaunchError::Io { path: dir.to_path_buf(), source };
-        let dir = std::fs::canonicalize(dir).map_err(io)?;
-        let session_id =
-            dir.file_name().and_then(|n| n.to_str()).filter(|n| n.starts_with("ses_")).map(str::to_string).ok_or_else(
-                || LaunchError::Io {
-                    path: dir.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "not a session folder (its name must be ses_…)",
-                    ),
-                },
-            )?;
+        let dir = std::fs::canonicalize(dir).map_err(|_| LaunchError::NotASession { path: dir.to_path_buf() })?;
+        let session_id = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| n.starts_with("ses_") && dir.join("trace.jsonl").is_file())
+            .map(str::to_string)
+            .ok_or_else(|| LaunchError::NotASession { path: dir.clone() })?;
         opts.workdir = dir.parent().map(|p| p.to_path_buf()).unwrap_or_default();
         check_session_folder(&dir).map_err(LaunchError::Files)?;
-        let (reports, next_frame_id) = crate::journal_check::check(&dir, repair)?;
-        let trace = crate::emitter::journal_records(&dir.join("trace.jsonl"));
-        let mut seed = crate::agent_loop::ResumeSeed { next_frame_id, ..Default::default() };
-        let mut finished = std::collections::HashSet::new();
-        for line in &trace {
-            let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
-            let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
-            match ev["event_type"].as_str().unwrap_or("") {
-                "task_queued" => seed.queued.push((field("task_id"), field("context_id"), field("text"))),
-                "task_start" => {
-                    let id = field("task_id");
-                    seed.queued.retain(|q| q.0 != id);
-                    seed.task = Some((id, field("context_id")));
-                }
-                "task_end" => {
-                    let id = field("task_id");
-                    seed.queued.retain(|q| q.0 != id);
-                    if seed.task.as_ref().is_some_and(|t| t.0 == id) {
-                        seed.task = None;
-                    }
-                }
-                "tool_call_started" => {
-                    seed.interrupted.insert(field("tool_call_id"));
-                }
-                "tool_call" => {
-                    finished.insert(field("tool_call_id"));
-                }
-                _ => {}
-            }
+        // A session that ended with nothing pending is not started again (checked before any
+        // check or repair, so nothing is written).
+        let (seed, ended) = read_seed(&crate::emitter::journal_records(&dir.join("trace.jsonl")));
+        if ended && seed.task.is_none() && seed.queued.is_empty() {
+            return Err(LaunchError::AlreadyEnded { session: session_id });
         }
-        seed.interrupted.retain(|id| !finished.contains(id));
+        let (reports, next_frame_id) = crate::journal_check::check(&dir, repair)?;
+        let (mut seed, _) = read_seed(&crate::emitter::journal_records(&dir.join("trace.jsonl")));
+        seed.next_frame_id = next_frame_id;
         let _ = std::fs::remove_file(dir.join("control.token"));
         Self::start(opts, Some(session_id), Some(seed)).await.map(|s| (s, reports))
     }
+}
+
+/// What a trace says to resume (the task that was running, the tasks queued behind it, tool
+/// calls started and never finished), and whether its last record is `session_end`.
+fn read_seed(trace: &[Vec<u8>]) -> (crate::agent_loop::ResumeSeed, bool) {
+    let mut seed = crate::agent_loop::ResumeSeed::default();
+    let mut finished = std::collections::HashSet::new();
+    let mut ended = false;
+    for line in trace {
+        let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+        let field = |k: &str| ev[k].as_str().unwrap_or_default().to_string();
+        let kind = ev["event_type"].as_str().unwrap_or("");
+        ended = kind == "session_end";
+        match kind {
+            "task_queued" => seed.queued.push((field("task_id"), field("context_id"), field("text"))),
+            "task_start" => {
+                let id = field("task_id");
+                seed.queued.retain(|q| q.0 != id);
+                seed.task = Some((id, field("context_id")));
+            }
+            "task_end" => {
+                let id = field("task_id");
+                seed.queued.retain(|q| q.0 != id);
+                if seed.task.as_ref().is_some_and(|t| t.0 == id) {
+                    seed.task = None;
+                }
+            }
+            "tool_call_started" => {
+                seed.interrupted.insert(field("tool_call_id"));
+            }
+            "tool_call" => {
+                finished.insert(field("tool_call_id"));
+            }
+            _ => {}
+        }
+    }
+    seed.interrupted.retain(|id| !finished.contains(id));
+    (seed, ended)
 }
 
 /// Refuse a session folder holding anything the host did not make: every entry must be a

@@ -67,6 +67,8 @@ pub enum Code {
     /// A step could not be journaled (the journal actor is unreachable, or a write failed);
     /// the step was not taken and the task ended.
     JournalUnavailable,
+    /// `--resume` was given a folder that is not a session, or a session with nothing to resume.
+    NotASession,
     /// The door cannot listen on its address (port taken, address not local, not allowed).
     DoorBind,
     /// A session file or folder is not one the host made: a symlink, a hard link, another
@@ -122,6 +124,7 @@ impl Code {
             Code::SessionFileRefused => "E-RUN-062",
             Code::JournalDamaged => "E-RUN-063",
             Code::JournalUnavailable => "E-RUN-064",
+            Code::NotASession => "E-RUN-065",
             Code::MaxTurns => "E-RUN-070",
             Code::ToolInterrupted => "E-RUN-090",
             Code::AlternateUnavailable => "W-RUN-003",

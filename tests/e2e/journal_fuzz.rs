@@ -106,6 +106,11 @@ async fn every_damaged_journal_is_resumed_from_a_real_state_or_refused_with_a_co
     run_task(&session, "write a file").await;
     let original = session.dir.clone();
     session.shutdown().await;
+    // As if the process was killed before its `session_end`: an ended session has nothing to
+    // resume (that refusal is tested in resume.rs), and this test is about resuming.
+    let trace = std::fs::read_to_string(original.join("trace.jsonl")).expect("trace");
+    let kept: Vec<&str> = trace.lines().filter(|l| !l.contains("\"session_end\"")).collect();
+    std::fs::write(original.join("trace.jsonl"), kept.join("\n") + "\n").expect("rewrite");
     let originals: HashMap<&str, Vec<u8>> =
         JOURNAL_FILES.iter().map(|f| (*f, std::fs::read(original.join(f)).unwrap_or_default())).collect();
     let original_max_frame = frame_ids(&originals["frames.jsonl"]).into_iter().max().expect("frames");
@@ -181,6 +186,10 @@ async fn repair_keeps_the_valid_prefix_and_says_what_it_dropped() {
     run_task(&session, "two").await;
     let dir = session.dir.clone();
     session.shutdown().await;
+    // As if killed before `session_end` (an ended session has nothing to resume).
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    let kept: Vec<&str> = trace.lines().filter(|l| !l.contains("\"session_end\"")).collect();
+    std::fs::write(dir.join("trace.jsonl"), kept.join("\n") + "\n").expect("rewrite");
     let path = dir.join("conversation.jsonl");
     let mut bytes = std::fs::read(&path).expect("conversation");
     let good = scan(&bytes).records.len();

@@ -226,8 +226,9 @@ async fn tasks_queued_before_a_kill_run_after_the_resume_and_a_canceled_one_does
         let _ = w.await;
     }
     let log = dir.parent().expect("workdir").join("resume.log");
+    // No --endpoint and no --keyless: the resume sends where the session did.
     let mut second = Command::new(env!("CARGO_BIN_EXE_capsule"))
-        .args(["run", "--resume", &dir.display().to_string(), "--json", "--keyless", "--endpoint", &url])
+        .args(["run", "--resume", &dir.display().to_string(), "--json"])
         .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -260,4 +261,34 @@ async fn tasks_queued_before_a_kill_run_after_the_resume_and_a_canceled_one_does
     assert_eq!(ends.iter().filter(|(s, _)| s == "canceled").count(), 1, "{ends:?}");
     assert_eq!(stub.requests().len(), 4, "the cut call again, then one call per queued task");
     assert_frames_continue(&dir);
+}
+
+/// A session that ended with nothing pending is not started again (no second `session_start`
+/// and `session_end`), and a folder that is not a session is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_an_ended_session_writes_nothing_and_a_non_session_folder_is_named() {
+    let stub = Stub::start(Script::new(vec![Turn::text("all done")])).expect("stub");
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let url = stub.url();
+    let mut first =
+        capsule_cmd(&["run", &cap.path().display().to_string(), "--task", "work", "--endpoint", &url], &cap);
+    let dir = ready_dir(&mut first);
+    assert!(first.wait().expect("exit").success());
+    let before = std::fs::read(dir.join("trace.jsonl")).expect("trace");
+    let resume = |folder: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_capsule"))
+            .args(["run", "--resume", &folder.display().to_string()])
+            .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+            .output()
+            .expect("resume runs")
+    };
+    let out = resume(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ended and has nothing to resume"), "{stderr}");
+    assert_eq!(std::fs::read(dir.join("trace.jsonl")).expect("trace"), before, "nothing was written");
+    let out = resume(&cap.workdir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("E-RUN-065") && stderr.contains("is not a session folder"), "{stderr}");
 }
