@@ -4,6 +4,7 @@ mod cli_run;
 mod control_cli;
 mod demo;
 mod host_cli;
+mod inspect;
 mod printer;
 mod sse_client;
 mod watch;
@@ -33,6 +34,15 @@ enum Command {
     Watch(watch::WatchArgs),
     /// Show or change a running capsule's settings and secrets (its control surface).
     Control(control_cli::ControlArgs),
+    /// Check a capsule as a launch would (manifest, artifacts, credentials) without running it.
+    Check(inspect::CheckArgs),
+    /// List the sessions under a folder, with their state and the path `run --resume` takes.
+    Ps(inspect::PsArgs),
+    /// Print a shell completion script: `capsule completions bash > ~/.local/share/bash-completion/completions/capsule`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Serve the scripted provider stub (Anthropic Messages and OpenAI Chat Completions).
     StubProvider {
         /// The script (YAML or JSON).
@@ -75,6 +85,13 @@ fn main() -> ExitCode {
             Command::Host(args) => host_cli::host(args).await,
             Command::Watch(args) => watch::watch(args).await,
             Command::Control(args) => control_cli::control(args).await,
+            Command::Check(args) => inspect::check(args).await,
+            Command::Ps(args) => inspect::ps(args),
+            Command::Completions { shell } => {
+                use clap::CommandFactory;
+                clap_complete::generate(shell, &mut Cli::command(), "capsule", &mut std::io::stdout());
+                ExitCode::SUCCESS
+            }
             Command::StubProvider { script, port } => match capsule_stub::serve_cli(&script, port).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

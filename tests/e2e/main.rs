@@ -11,6 +11,7 @@ mod demo;
 mod door;
 mod gateway;
 mod host;
+mod inspect;
 mod journal_fuzz;
 mod loop_rules;
 mod progress;
