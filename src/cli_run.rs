@@ -114,6 +114,29 @@ pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRe
 }
 
 /// The manifest a session's `session_start` recorded.
+/// One line on how a task went: its end, turns, tokens and time, read from the trace (written
+/// and flushed before its final status).
+fn summary(dir: &std::path::Path, o: &TaskOutcome) -> String {
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_default();
+    let events: Vec<serde_json::Value> = trace.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mine = |kind: &'static str| {
+        events.iter().filter(move |e| e["event_type"] == kind && e["task_id"].as_str() == Some(o.task_id.as_str()))
+    };
+    let end = mine("task_end").last();
+    let tokens = |k: &str, fallback: &str| -> u64 {
+        mine("inference").map(|e| e[k].as_u64().or_else(|| e[fallback].as_u64()).unwrap_or(0)).sum()
+    };
+    let (input, output) = (tokens("input_tokens_actual", "input_tokens_estimate"), tokens("output_tokens_actual", ""));
+    format!(
+        "{} · {} turns · {} tokens in, {} out · {:.1} s",
+        o.exit_status.as_str(),
+        end.and_then(|e| e["turns"].as_u64()).unwrap_or(0),
+        input,
+        output,
+        end.and_then(|e| e["duration_ms"].as_u64()).unwrap_or(0) as f64 / 1000.0
+    )
+}
+
 /// The first `session_start` of a session folder's trace.
 fn recorded_start(dir: &std::path::Path) -> Option<serde_json::Value> {
     let trace = std::fs::read_to_string(dir.join("trace.jsonl")).ok()?;
@@ -365,6 +388,12 @@ pub async fn run_with(
         Vec::new()
     };
     let had_task = !launch_tasks.is_empty();
+    if !had_task && args.resume.is_none() && !args.json {
+        eprintln!(
+            "waiting for tasks on the door {url}: send one with\n  curl -s {url} -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"message/send\",\"params\":{{\"message\":{{\"role\":\"user\",\"parts\":[{{\"text\":\"…\"}}]}}}}}}'\nand follow it with `capsule watch {url}`; Ctrl-C stops",
+            url = door.url()
+        );
+    }
     for outcome in launch_tasks {
         match outcome {
             Ok(o) => {
@@ -372,6 +401,9 @@ pub async fn run_with(
                     if id == o.task_id {
                         break;
                     }
+                }
+                if !args.json {
+                    eprintln!("{}", summary(&session.dir, &o));
                 }
                 if o.exit_status != ExitStatus::Ok {
                     code = ExitCode::from(1);

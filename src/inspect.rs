@@ -70,7 +70,8 @@ pub async fn check(args: CheckArgs) -> ExitCode {
         Err(e) => return refuse(chain(&e), args.json),
     };
     let m = &prepared.manifest;
-    let drivers = prepared.artifacts.iter().filter(|a| a.decl.runtime == capsule_protocol::manifest::ArtifactRuntime::Driver);
+    let drivers =
+        prepared.artifacts.iter().filter(|a| a.decl.runtime == capsule_protocol::manifest::ArtifactRuntime::Driver);
     let tools: Vec<&str> = prepared
         .artifacts
         .iter()

@@ -22,9 +22,19 @@ pub enum Style {
     Json,
 }
 
+/// Whether a live progress line (no newline yet) is on the terminal.
+static PROGRESS_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Print one frame in `style` (`capsule watch` prints the frames it reads this way too).
 pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
     let mut out = std::io::stdout().lock();
+    let terminal = std::io::stdout().is_terminal();
+    // A live progress line is replaced by whatever comes next.
+    if style == Style::Human && PROGRESS_OPEN.swap(false, Ordering::Relaxed) {
+        let _ = write!(out, "\r\x1b[K");
+    }
     if style == Style::Json {
         let _ = writeln!(out, "{}", f.to_json_line());
         let _ = out.flush();
@@ -42,6 +52,12 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
         }
         Frame::ToolCallStarted { tool_name, tool_call_id, .. } => {
             let _ = writeln!(out, "\n→ {tool_name} ({tool_call_id})");
+        }
+        // On a terminal, the bytes of a call's input the model has written so far, on one line
+        // that the next frame replaces.
+        Frame::ToolCallProgress { input_bytes, .. } if terminal => {
+            let _ = write!(out, "{}", dim(&format!("  … {input_bytes} bytes of input")));
+            PROGRESS_OPEN.store(true, Ordering::Relaxed);
         }
         Frame::Artifact { artifact, .. } => {
             let mark = if artifact.is_error == Some(true) { "✗" } else { "✓" };

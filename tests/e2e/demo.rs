@@ -80,11 +80,11 @@ async fn capsule_run_exits_1_when_the_provider_fails_and_still_writes_the_result
 }
 
 #[test]
-fn capsule_demo_runs_through_the_openai_driver_too() {
+fn capsule_demo_runs_through_the_openai_driver_too_and_ends_with_one_summary_line() {
     let work = tempfile::tempdir().expect("tempdir");
     let out = capsule()
         .current_dir(repo())
-        .args(["demo", "--provider", "openai", "--json", "--workdir"])
+        .args(["demo", "--provider", "openai", "--workdir"])
         .arg(work.path())
         .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
         .output()
@@ -94,6 +94,10 @@ fn capsule_demo_runs_through_the_openai_driver_too() {
         std::fs::read_to_string(work.path().join("files/hello.txt")).expect("the tool wrote in the tools' workdir"),
         "Hello from a Murmur capsule!\n"
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: Vec<&str> = stderr.lines().filter(|l| l.starts_with("ok · ")).collect();
+    assert_eq!(summary.len(), 1, "one summary line: {stderr}");
+    assert!(summary[0].contains("3 turns") && summary[0].contains("tokens in"), "{}", summary[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
