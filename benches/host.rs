@@ -23,7 +23,7 @@
 //!   Each capsule holds a door listener and two open journal files, so the bench raises the soft
 //!   RLIMIT_NOFILE to the hard limit (with `prlimit`) when it is below what 1,000 need.
 
-use capsule_actors::gateway::GatewayMsg;
+use capsule_actors::GatewayMsg;
 use capsule_actors::host::{Action, CapsuleState, HostHandle, RestartPolicy, Shared};
 use capsule_actors::names;
 use capsule_protocol::host_file::PlannedCapsule;

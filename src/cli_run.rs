@@ -4,7 +4,7 @@
 //! Exit codes: 0 ok; 1 the task ended otherwise (failed, max turns...); 2 the capsule was
 //! refused at launch (bad manifest, bad artifact, missing credential).
 
-use capsule_actors::machine_meter::{MachineArgs, MachineMeter, MachineMsg};
+use capsule_actors::spend::machine::{MachineArgs, MachineMeter, MachineMsg};
 use capsule_actors::{EndpointOverride, LaunchOptions, Session, TaskOutcome};
 use capsule_protocol::Code;
 use capsule_protocol::host_config::HostConfig;
@@ -122,7 +122,7 @@ fn summary(dir: &std::path::Path, o: &TaskOutcome) -> String {
     let mine = |kind: &'static str| {
         events.iter().filter(move |e| e["event_type"] == kind && e["task_id"].as_str() == Some(o.task_id.as_str()))
     };
-    let end = mine("task_end").last();
+    let end = mine("task_end").next_back();
     let tokens = |k: &str, fallback: &str| -> u64 {
         mine("inference").map(|e| e[k].as_u64().or_else(|| e[fallback].as_u64()).unwrap_or(0)).sum()
     };

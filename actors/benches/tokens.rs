@@ -1,7 +1,7 @@
 //! Spend-meter benchmarks. Run: `cargo bench -p capsule-actors --bench tokens`
 //!
 //! Prints, in one run so ratios are comparable on a noisy machine:
-//! 1. the cl100k encoders compared: `bpe-openai` (what `capsule_actors::tokens` uses) against
+//! 1. the cl100k encoders compared: `bpe-openai` (what `capsule_actors::spend::tokens` uses) against
 //!    `tiktoken-rs` 0.12: build time (first use), a large payload, one turn's new content;
 //! 2. the counting cost per turn at turns 1, 50 and 100 of a growing session (push the turn's
 //!    new messages + estimate the request), against recounting the whole payload;
@@ -10,9 +10,9 @@
 //!
 //! Budgets from the issue: round trip ≤ 20 µs; turn 100 ≤ 1.2 × turn 1.
 
-use capsule_actors::machine_meter::{MachineArgs, MachineMeter, MachineMsg};
+use capsule_actors::spend::machine::{MachineArgs, MachineMeter, MachineMsg};
+use capsule_actors::spend::tokens::{self, TokenCounter};
 use capsule_actors::spend::{SpendArgs, SpendMeter, SpendMsg};
-use capsule_actors::tokens::{self, TokenCounter};
 use capsule_protocol::neutral::{Block, DriverRequest, Message, Role, ToolSpec};
 use ractor::{Actor, ActorRef};
 use serde_json::json;

@@ -27,7 +27,8 @@ use crate::emitter::EmitterMsg;
 /// The shortest time between two progress frames of one call (the flush is exempt).
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Messages.
+/// What the coalescer is told by a driver's sink: calls started and their progress, the end of
+/// a call or of all of them, and a reset per task.
 pub enum CoalescerMsg {
     /// A driver began writing a call.
     Started {
@@ -135,7 +136,7 @@ impl ProgressRules {
 /// The actor; its argument is the session's emitter.
 pub struct Coalescer;
 
-/// State.
+/// The coalescer's state: the progress rules for the open calls and the emitter it sends to.
 pub struct CoalescerState {
     rules: ProgressRules,
     emitter: crate::peer::Peer,

@@ -293,7 +293,7 @@ impl CredentialsState {
     }
 }
 
-/// The actor.
+/// The credentials actor: the one decision point for keys, the choice in use and secrets.
 pub struct Credentials;
 
 impl Actor for Credentials {

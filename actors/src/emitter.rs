@@ -19,7 +19,8 @@ pub const REPLAY_RING: usize = 512;
 /// Frames queued per subscriber before it lags.
 pub const SUBSCRIBER_QUEUE: usize = 128;
 
-/// Messages.
+/// What the emitter is asked: emit a frame, add a subscriber (with replay), the last id, and
+/// close every stream at the end.
 pub enum EmitterMsg {
     /// Number and publish a frame.
     Emit(Frame),
@@ -51,7 +52,7 @@ pub struct EmitterArgs {
     pub frames_path: Option<std::path::PathBuf>,
 }
 
-/// State.
+/// The emitter's state: `frames.jsonl`, the id counter, the replay ring and the subscribers.
 pub struct EmitterState {
     frames: Option<crate::journal_check::SealedFile>,
     /// The next id; shared with the supervisor so a restarted emitter continues the sequence.

@@ -20,7 +20,8 @@ use crate::names::role;
 use crate::peer::{Peer, wait};
 use crate::sink::DriverSink;
 
-/// Messages.
+/// What a driver's gateway is asked: run one inference call through the driver component
+/// (and a test hook that crashes it).
 pub enum GatewayMsg {
     /// Run one inference call.
     Infer {
@@ -65,7 +66,7 @@ pub struct GatewayArgs {
     pub grants: Grants,
 }
 
-/// The actor.
+/// One driver's gateway: runs its calls, with the credential only in the call's egress hook.
 pub struct Gateway;
 
 impl Actor for Gateway {

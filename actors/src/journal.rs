@@ -61,7 +61,7 @@ pub struct JournalState {
     failed_writes: u64,
 }
 
-/// The actor.
+/// The journal actor: the only writer of `trace.jsonl` and `conversation.jsonl`.
 pub struct Journal;
 
 /// Open a journal file for appending: `0600`, never through a symlink, and only a regular

@@ -31,7 +31,7 @@ pub struct LaunchOptions {
     pub host_config: Option<(capsule_protocol::host_config::HostConfig, PathBuf)>,
     /// The host-wide spend meter (`spend.machine_tokens_per_day`), shared by every session of
     /// the process.
-    pub machine: Option<ractor::ActorRef<crate::machine_meter::MachineMsg>>,
+    pub machine: Option<ractor::ActorRef<crate::spend::machine::MachineMsg>>,
     /// Sends the primary driver's traffic to another endpoint (`capsule run --endpoint`,
     /// `capsule demo`); with `keyless` the credential is dropped, else the manifest's is kept.
     pub endpoint_override: Option<EndpointOverride>,

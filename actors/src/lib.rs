@@ -15,35 +15,49 @@
 //! Every child is registered under `<session id>/<role>` so a restarted child is found by the
 //! same name; see [`names`]. [`Session`] is the handle a CLI or a door uses.
 
-pub mod agent_loop;
-pub mod choices;
+// The actors, one file (or folder) each with its messages beside it. Private: a user reaches
+// them through a [`Session`] and the re-exports below.
+mod agent_loop;
+mod choices;
+mod credentials;
+mod gateway;
+mod journal;
+mod journal_check;
+mod session_resume;
+mod sink;
+mod supervisor;
+mod tools;
+
+// Parts a caller uses as modules of their own.
 pub mod coalescer;
 pub mod control;
-pub mod credentials;
 pub mod door;
 pub mod emitter;
 pub mod error;
-pub mod gateway;
 pub mod host;
-pub mod journal;
-pub mod journal_check;
 pub mod launch;
 pub mod listener;
 pub mod local_origin;
-pub mod machine_meter;
 pub mod names;
 pub mod peer;
 pub mod session;
-mod session_resume;
-pub mod sink;
 pub mod spend;
-pub mod supervisor;
-pub mod tokens;
-pub mod tools;
 
-pub use error::LaunchError;
-pub use launch::{EndpointOverride, LaunchOptions};
-pub use session::{Session, TaskOutcome};
+/// A session and launching it.
+pub use error::{InferenceError, JournalError, LaunchError};
+pub use launch::{EndpointOverride, FILES_DIR, LaunchOptions, Prepared, prepare};
+pub use session::{Session, SessionError};
+
+/// Tasks as a submitter and `tasks/get` see them.
+pub use agent_loop::{Origin, TaskOutcome, TaskRecord};
+
+/// Resuming a stopped session.
+pub use agent_loop::{INTERRUPTED, ResumeSeed};
+pub use journal_check::JOURNAL_FILES;
+
+/// Supervision limits and test hooks a caller may drive.
+pub use gateway::GatewayMsg;
+pub use supervisor::{MAX_RESTARTS, RESTART_PERIOD};
 
 /// Milliseconds since the UNIX epoch.
 pub fn now_ms() -> u64 {

@@ -7,7 +7,7 @@
 
 use capsule_protocol::frame::NumberedFrame;
 use capsule_protocol::manifest::ArtifactRuntime;
-use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
+use capsule_protocol::trace::{TraceEvent, TraceKind};
 use ractor::{Actor, ActorRef};
 use serde_json::json;
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use capsule_runtime::Beneath;
 
-use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskRecord};
+use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskOutcome, TaskRecord};
 use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
@@ -31,21 +31,6 @@ use crate::peer::{Peer, PeerError, wait};
 use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, SupervisorMsg};
 use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
 use capsule_protocol::Code;
-
-/// How a task ended, as its submitter sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskOutcome {
-    /// Task id.
-    pub task_id: String,
-    /// Context id.
-    pub context_id: String,
-    /// Exit status.
-    pub exit_status: ExitStatus,
-    /// The reply (ok) or the error message.
-    pub message: String,
-    /// Where `result.txt` was written.
-    pub result_path: PathBuf,
-}
 
 /// The control surface of a session: the token's verification key and what is declared.
 #[derive(Debug, Clone)]
@@ -160,7 +145,7 @@ impl Session {
         let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
         // Build the cl100k encoder (process-wide, once) while the components load, so the
         // first call's admission does not wait for it.
-        std::thread::spawn(crate::tokens::warm_up);
+        std::thread::spawn(crate::spend::tokens::warm_up);
         let prepared = prepare(&opts, &session_id)?;
         let dir = prepared.workdir.join(&session_id);
         let out_dir = dir.join("out");

@@ -45,7 +45,7 @@ pub enum RestartType {
     Temporary,
 }
 
-/// Messages.
+/// What a session's supervisor is asked besides its children's supervision events: its restart counts.
 pub enum SupervisorMsg {
     /// Restart counts by child role.
     Restarts(RpcReplyPort<HashMap<String, u32>>),
@@ -101,7 +101,8 @@ pub struct SupervisorArgs {
     pub children: Vec<ChildSpec>,
 }
 
-/// State.
+/// The supervisor's children (by actor id: their role and how to start them again) and its
+/// restart bookkeeping.
 pub struct SupervisorState {
     session_id: String,
     children: HashMap<ActorId, (String, ChildSpec)>,
@@ -109,7 +110,8 @@ pub struct SupervisorState {
     recent: VecDeque<Instant>,
 }
 
-/// The actor.
+/// The root of one session's tree: starts the children in order and restarts one that fails
+/// (a crash loop stops the session).
 pub struct CapsuleSupervisor;
 
 fn role_of(session_id: &str, spec: &ChildSpec) -> (String, String) {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Messages.
+/// What the tools actor is asked: run one tool call (and a test hook that crashes it).
 pub enum ToolsMsg {
     /// Run one call.
     Run {
@@ -56,7 +56,7 @@ pub struct ToolsArgs {
     pub tools: HashMap<String, ToolEntry>,
 }
 
-/// The actor.
+/// The tools actor: runs each tool call in its own sandboxed store.
 pub struct Tools;
 
 impl Actor for Tools {

@@ -5,8 +5,8 @@
 //! line. It is never continued silently with less, and no frame id is ever used twice.
 
 use crate::common::*;
+use capsule_actors::JOURNAL_FILES;
 use capsule_actors::Session;
-use capsule_actors::journal_check::JOURNAL_FILES;
 use capsule_protocol::Code;
 use capsule_protocol::journal_line::scan;
 use capsule_stub::Turn;

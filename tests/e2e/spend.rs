@@ -3,7 +3,7 @@
 //! session stays up, and sessions sharing the host meter never pass its ceiling.
 
 use crate::common::*;
-use capsule_actors::machine_meter::{MachineArgs, MachineMeter};
+use capsule_actors::spend::machine::{MachineArgs, MachineMeter};
 use capsule_protocol::frame::{Frame, TaskState};
 use capsule_protocol::trace::ExitStatus;
 use capsule_stub::Turn;

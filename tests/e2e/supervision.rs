@@ -157,7 +157,7 @@ async fn repeated_crashes_back_off_and_a_crash_loop_stops_the_capsule_instead_of
     let (outcome, _) = run_task(&session, "still serving?").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
     // Past MAX_RESTARTS in the window the supervisor gives up and stops the capsule.
-    for _ in 0..capsule_actors::supervisor::MAX_RESTARTS {
+    for _ in 0..capsule_actors::MAX_RESTARTS {
         let before = session.restarts().await.get("gateway/anthropic").copied().unwrap_or(0);
         if !session.inject_gateway_panic("anthropic") {
             break;

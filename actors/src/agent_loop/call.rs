@@ -140,7 +140,10 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         Ok(resp) => SpendMsg::Settle {
             reservation: reservation.id,
             input: estimate,
-            output: resp.usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::tokens::count_json(&resp.content)),
+            output: resp
+                .usage
+                .map(|u| u.output_tokens)
+                .unwrap_or_else(|| crate::spend::tokens::count_json(&resp.content)),
             actual: resp.usage,
         },
         Err(_) => SpendMsg::Fail { reservation: reservation.id, actual: None },

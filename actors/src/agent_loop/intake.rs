@@ -8,9 +8,9 @@ use capsule_protocol::trace::{ExitStatus, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
 
+use super::TaskOutcome;
 use super::{Accepted, LoopMsg, LoopState, Origin, Queued, TaskRecord};
 use crate::error::JournalError;
-use crate::session::TaskOutcome;
 
 pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7())

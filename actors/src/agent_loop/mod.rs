@@ -28,7 +28,6 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 
 use crate::gateway::InferReply;
-use crate::session::TaskOutcome;
 use crate::tools::ToolRunReply;
 pub use task::Running;
 
@@ -57,10 +56,26 @@ pub struct TaskRecord {
     pub response: Option<String>,
 }
 
+/// How a task ended, as its submitter sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// Task id.
+    pub task_id: String,
+    /// Context id.
+    pub context_id: String,
+    /// Exit status.
+    pub exit_status: capsule_protocol::trace::ExitStatus,
+    /// The reply (ok) or the error message.
+    pub message: String,
+    /// Where `result.txt` was written.
+    pub result_path: std::path::PathBuf,
+}
+
 /// Answered when a submitted task is accepted (or rejected), before it runs.
 pub type Accepted = tokio::sync::oneshot::Sender<TaskRecord>;
 
-/// Messages.
+/// What the agent loop is asked: tasks (submit, get, cancel, resume), the answers of the calls
+/// it started, settings from the control surface, and the end of the session.
 pub enum LoopMsg {
     /// Submit a task (a user message); `reply` is answered when it ends, `accepted` as soon as
     /// it is accepted, queued or rejected.
@@ -209,7 +224,8 @@ pub struct Queued {
     pub(crate) reply: Option<RpcReplyPort<TaskOutcome>>,
 }
 
-/// State.
+/// The loop's state: the conversation, the running task and the queue, task records, the held
+/// continuation and the token counter.
 pub struct LoopState {
     pub(crate) config: LoopConfig,
     pub(crate) conversation: Vec<Message>,
@@ -219,13 +235,13 @@ pub struct LoopState {
     /// The continuation id a driver handed back, and how many messages it acknowledges.
     pub(crate) continuation: Option<HeldContinuation>,
     /// Counts each message once, as it enters the context.
-    pub(crate) counter: crate::tokens::TokenCounter,
+    pub(crate) counter: crate::spend::tokens::TokenCounter,
     /// The (choice, cap) of the last call, to trace `control_applied` when a change takes effect.
     pub(crate) last_applied: Option<(usize, u32)>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
 }
 
-/// The actor.
+/// The agent loop actor.
 pub struct AgentLoop;
 
 impl Actor for AgentLoop {
@@ -243,7 +259,7 @@ impl Actor for AgentLoop {
             queue: Default::default(),
             tasks: Default::default(),
             continuation: None,
-            counter: crate::tokens::TokenCounter::new(),
+            counter: crate::spend::tokens::TokenCounter::new(),
             last_applied: None,
         };
         state.restore(restored);

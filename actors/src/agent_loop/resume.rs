@@ -19,8 +19,8 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::time::Instant;
 
+use super::TaskOutcome;
 use super::{LoopMsg, LoopState, Running};
-use crate::session::TaskOutcome;
 
 /// What a resumed session continues, read from its trace.
 #[derive(Debug, Clone, Default)]

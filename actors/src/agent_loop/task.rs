@@ -7,6 +7,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
 use std::time::Instant;
 
+use super::TaskOutcome;
 use super::{LoopMsg, LoopState, TaskRecord};
 use crate::coalescer::CoalescerMsg;
 use crate::emitter::EmitterMsg;
@@ -16,7 +17,6 @@ use crate::gateway::InferReply;
 use crate::journal::JournalMsg;
 use crate::names::role;
 use crate::peer::{Peer, wait};
-use crate::session::TaskOutcome;
 use crate::tools::{ToolRunReply, ToolsMsg};
 use capsule_protocol::Code;
 

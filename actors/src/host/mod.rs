@@ -51,7 +51,7 @@ pub struct Shared {
     /// The host config and its file.
     pub host_config: Option<(HostConfig, PathBuf)>,
     /// The host-wide spend meter.
-    pub machine: Option<ractor::ActorRef<crate::machine_meter::MachineMsg>>,
+    pub machine: Option<ractor::ActorRef<crate::spend::machine::MachineMsg>>,
     /// The address doors listen on.
     pub bind: IpAddr,
 }

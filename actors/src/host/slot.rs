@@ -26,7 +26,7 @@ use crate::session::Session;
 /// How long a fixed door port is retried while the previous session's listener lets it go.
 const DOOR_REBIND: Duration = Duration::from_secs(2);
 
-/// Messages.
+/// What a capsule's slot is asked: start, stop or restart it, a scheduled relaunch, its entry.
 pub enum SlotMsg {
     /// Launch now, if `generation` is still current and the capsule is starting or crashed (the
     /// first launch and every scheduled restart).
@@ -61,7 +61,7 @@ struct Running {
     supervisor: ActorId,
 }
 
-/// State.
+/// The slot's state: the running session and its door, the capsule's state and restarts.
 pub struct SlotState {
     args: SlotArgs,
     state: CapsuleState,
@@ -73,7 +73,7 @@ pub struct SlotState {
     generation: u64,
 }
 
-/// The actor.
+/// One capsule of a host: launches its session, watches its supervisor, restarts it by policy.
 pub struct CapsuleSlot;
 
 impl SlotState {

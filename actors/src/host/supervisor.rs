@@ -23,7 +23,7 @@ use crate::session::Session;
 /// the emitter's close and the tree's stop are bounded by 30 + 5 + 10 s).
 const STOP_TIMEOUT: Duration = Duration::from_secs(50);
 
-/// Messages.
+/// What the host supervisor is asked: list, act on a capsule, take a slot's report, shut down.
 pub enum HostMsg {
     /// Every capsule's entry, in start order.
     List(RpcReplyPort<Vec<CapsuleEntry>>),
@@ -69,7 +69,7 @@ struct Slot {
     slot_failures: CrashWindow,
 }
 
-/// State.
+/// The host's state: its slots and the last report of each.
 pub struct HostState {
     slots: Vec<Slot>,
     index: HashMap<String, usize>,
@@ -80,7 +80,7 @@ pub struct HostState {
     shutting_down: bool,
 }
 
-/// The actor.
+/// The root of a multi-capsule host: one slot per capsule.
 pub struct HostSupervisor;
 
 impl HostState {

@@ -3,7 +3,7 @@
 //!
 //! Protocol: [`SpendMsg::Admit`] reserves `estimated input + max output`; it is refused when
 //! `settled + reserved + request` would pass the session ceiling or, asked next, the host's
-//! daily ceiling ([`crate::machine_meter`]). A refused call must not be sent. When the call
+//! daily ceiling ([`crate::spend::machine`]). A refused call must not be sent. When the call
 //! ends, [`SpendMsg::Settle`] charges the measured totals (never more than was reserved; the
 //! excess is counted in [`SpendTotals::overrun`] and logged), and [`SpendMsg::Fail`] charges a
 //! failed or cancelled call its estimated input.
@@ -23,12 +23,14 @@
 //! flight at the stop are charged in full (their outcome is unknown), and reservation ids
 //! continue after the last one, so the ledger never sees an id twice.
 //!
-//! Not done here: estimating tokens ([`crate::tokens`]), or writing the trace event (the loop
+//! Not done here: estimating tokens ([`crate::spend::tokens`]), or writing the trace event (the loop
 //! writes `spend_ceiling_reached` with [`Refusal::trace_fields`]).
 
 #[cfg(test)]
-#[path = "spend_tests.rs"]
 mod tests;
+
+pub mod machine;
+pub mod tokens;
 
 use capsule_protocol::Code;
 use capsule_protocol::neutral::Usage;
@@ -39,7 +41,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::machine_meter::MachineMsg;
+use crate::spend::machine::MachineMsg;
 
 /// How long admission waits for the machine meter before refusing (fail closed).
 pub const MACHINE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -151,7 +153,8 @@ impl Reservation {
     }
 }
 
-/// Messages.
+/// What a session's spend meter is asked: admit a call before it is sent, settle or fail it
+/// after, and its totals.
 pub enum SpendMsg {
     /// Reserve `estimated_input + max_output` for a call, or refuse it.
     Admit {
@@ -266,7 +269,8 @@ impl SpendArgs {
     }
 }
 
-/// State.
+/// The meter's state: the session book (shared with its next incarnation), its journal and the
+/// machine meter it also asks.
 pub struct SpendState {
     session: Arc<str>,
     ceiling: Option<u64>,
@@ -337,7 +341,7 @@ fn rebuild(book: &mut Book, records: &[Vec<u8>]) -> Vec<(ReservationId, u64)> {
     charged
 }
 
-/// The actor.
+/// A session's spend meter: admission before every driver call, settlement after (CONTRACT §8).
 pub struct SpendMeter;
 
 fn record_actual(t: &mut SpendTotals, actual: Option<Usage>) {

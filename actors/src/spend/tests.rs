@@ -1,7 +1,7 @@
 //! Tests of the session meter with and without a machine meter (no sleeps; unnamed actors).
 
 use super::*;
-use crate::machine_meter::{MachineArgs, MachineMeter, MachineTotals};
+use crate::spend::machine::{MachineArgs, MachineMeter, MachineTotals};
 
 type Admitted = Result<Reservation, Refusal>;
 
@@ -49,7 +49,7 @@ async fn ledger_total(m: &ActorRef<MachineMsg>, dir: &std::path::Path) -> u64 {
         let text = std::fs::read_to_string(path).expect("read ledger");
         // Settlements only: reservation and release lines carry a `kind`.
         for line in text.lines().filter(|l| !l.contains("\"kind\"")) {
-            sum += serde_json::from_str::<crate::machine_meter::LedgerLine>(line).expect("a ledger line").tokens;
+            sum += serde_json::from_str::<crate::spend::machine::LedgerLine>(line).expect("a ledger line").tokens;
         }
     }
     sum

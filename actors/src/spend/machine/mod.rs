@@ -56,7 +56,8 @@ impl MachineArgs {
     }
 }
 
-/// Messages. Sessions are named by their id; reservation ids are the session meter's.
+/// What the machine meter is asked: reserve, release, settle, abandon a session's calls, its
+/// totals and a flush. Sessions are named by their id; reservation ids are the session meter's.
 pub enum MachineMsg {
     /// Grant `tokens` to a call if the day's ceiling allows it.
     Reserve {
@@ -121,7 +122,8 @@ pub struct MachineTotals {
     pub recovered: Recovery,
 }
 
-/// State.
+/// The machine meter's view of the shared ledger: what every process reserved and settled
+/// today, and this process's open reservations.
 pub struct MachineState {
     ceiling: Option<u64>,
     clock: Clock,
@@ -230,7 +232,8 @@ impl MachineState {
     }
 }
 
-/// The actor.
+/// The machine meter of one process: decides admissions against the daily machine ceiling
+/// under the ledger folder's lock, shared with every other process.
 pub struct MachineMeter;
 
 impl Actor for MachineMeter {
