@@ -118,7 +118,12 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
         limits: Limits { deadline_seconds: 120, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),
-            gateway: Some(GatewayRoute { endpoint: endpoint.parse().expect("stub url"), fixed: None, key: None }),
+            gateway: Some(GatewayRoute {
+                endpoint: endpoint.parse().expect("stub url"),
+                fixed: None,
+                key: None,
+                style: Default::default(),
+            }),
         },
     }
 }

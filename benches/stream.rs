@@ -518,7 +518,12 @@ async fn latency_driver(host: &Host) -> LatencyRow {
         limits: Limits { deadline_seconds: 60, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),
-            gateway: Some(GatewayRoute { endpoint: stub.url().parse().expect("url"), fixed: None, key: None }),
+            gateway: Some(GatewayRoute {
+                endpoint: stub.url().parse().expect("url"),
+                fixed: None,
+                key: None,
+                style: Default::default(),
+            }),
         },
     };
     let request = DriverRequest {

@@ -11,7 +11,7 @@
 
 use capsule_protocol::host_config::HostConfig;
 use capsule_protocol::manifest::{Gateway, UpstreamAuth, interpolated_name};
-use capsule_runtime::{Credential, GatewayRoute, SecretKey};
+use capsule_runtime::{Credential, GatewayRoute, KeyStyle, SecretKey};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -54,6 +54,8 @@ pub struct DriverCredential {
     pub endpoint: http::Uri,
     key: Key,
     upstream_auth: Option<UpstreamAuth>,
+    /// How the key goes upstream without `upstream_auth`: from the driver's kind.
+    pub style: KeyStyle,
 }
 
 impl std::fmt::Debug for DriverCredential {
@@ -104,7 +106,7 @@ impl DriverCredential {
                 }
             },
         };
-        Ok(DriverCredential { endpoint, key, upstream_auth })
+        Ok(DriverCredential { endpoint, key, upstream_auth, style: KeyStyle::ByPath })
     }
 
     /// The source, as traced.
@@ -168,7 +170,7 @@ impl DriverCredential {
             (Some(a), Some(k)) => Credential::templated(&a.header, &a.value, &k.0),
             _ => None,
         };
-        Ok(GatewayRoute { endpoint: self.endpoint.clone(), fixed, key })
+        Ok(GatewayRoute { endpoint: self.endpoint.clone(), fixed, key, style: self.style })
     }
 }
 

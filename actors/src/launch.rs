@@ -12,8 +12,9 @@ use capsule_runtime::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::credentials::{DriverCredential, Sources};
+use crate::credentials::{CredentialSource, DriverCredential, Sources};
 use crate::error::LaunchError;
+use capsule_runtime::KeyStyle;
 
 /// What a session is launched with.
 #[derive(Clone)]
@@ -117,6 +118,19 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
         response_bytes: a.response_bytes.min(b.response_bytes),
     };
     Ok(c)
+}
+
+/// A driver's kind, from what its declaration names (the artifact's name, its folder
+/// manifest's name, its component's file name): it says how the key goes upstream when the
+/// artifact declares no `upstream_auth`.
+fn driver_kind(decl: &Artifact, own: Option<&ArtifactManifest>) -> KeyStyle {
+    let names = [Some(decl.name.as_str()), own.map(|o| o.name.as_str()), decl.source.as_deref()];
+    let says = |kind: &str| names.iter().flatten().any(|n| n.to_ascii_lowercase().contains(kind));
+    match (says("anthropic"), says("openai")) {
+        (true, false) => KeyStyle::Anthropic,
+        (false, true) => KeyStyle::OpenAi,
+        _ => KeyStyle::ByPath,
+    }
 }
 
 /// Refuse a component whose imports rule out the role it is declared with: a driver importing
@@ -276,7 +290,8 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             config: opts.host_config.as_ref().map(|(c, p)| (c, p.clone())),
             secrets: &m.control.secrets,
         };
-        let resolved = DriverCredential::resolve(&g, upstream_auth, &sources).map_err(|why| {
+        let declared_auth = upstream_auth.is_some();
+        let mut resolved = DriverCredential::resolve(&g, upstream_auth, &sources).map_err(|why| {
             Diagnostic::new(
                 Code::ManifestGateway,
                 format!("artifacts[{}].gateway.endpoint", a.name),
@@ -284,6 +299,16 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
                 "write the endpoint as https://host[:port][/path]",
             )
         })?;
+        let ready = artifacts.iter().find(|r| r.decl.name == a.name);
+        resolved.style = driver_kind(a, ready.and_then(|r| r.own.as_ref()));
+        if resolved.style == KeyStyle::ByPath && !declared_auth && resolved.source() != CredentialSource::Keyless {
+            warnings.push(Diagnostic::new(
+                Code::DriverKindUnknown,
+                format!("artifacts[{}]", a.name),
+                format!("how driver `{}` sends its key is not declared and its kind is not known (not an Anthropic or OpenAI driver by name), so the key goes as `x-api-key` with POST …/messages and as `authorization: Bearer` with POST …/chat/completions and the like", a.name),
+                "declare `upstream_auth: {header, value}` in the driver's artifact manifest",
+            ));
+        }
         let unresolved = if resolved.staged() { None } else { resolved.name().map(str::to_string) };
         credentials.insert(a.name.clone(), resolved);
         match unresolved {
@@ -394,7 +419,8 @@ fn grants_for(
 }
 
 /// The tools offered to the model: every `runtime: tool` artifact, with the description and
-/// parameters from its folder manifest (`{}` when it has none).
+/// parameters from its folder manifest (`{"type": "object"}` when it has none, or declares an
+/// empty one).
 pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
     p.artifacts
         .iter()

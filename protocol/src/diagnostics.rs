@@ -85,6 +85,9 @@ pub enum Code {
     UnknownModel,
     /// An `env.allow` entry is credential-shaped and will never be passed.
     CredentialEnvDropped,
+    /// A keyed driver whose artifact declares no `upstream_auth` and whose kind is unknown:
+    /// its key goes by the request's path.
+    DriverKindUnknown,
     /// The session's spend ceiling (`inference.max_session_tokens`) refused a call.
     SessionCeiling,
     /// The host's daily spend ceiling (`spend.machine_tokens_per_day`) refused a call.
@@ -130,6 +133,7 @@ impl Code {
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",
+            Code::DriverKindUnknown => "W-CAP-002",
             Code::SessionCeiling => "E-RUN-080",
             Code::MachineCeiling => "E-RUN-081",
         }

@@ -38,4 +38,4 @@ pub use error::{CallError, LoadError};
 pub use events::{GuestEvents, NoEvents};
 pub use grants::{ArtifactRole, Grants, Scope};
 pub use load::{ALLOWED_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT};
-pub use policy::{Credential, GatewayRoute, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};
+pub use policy::{Credential, GatewayRoute, KeyStyle, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};

@@ -71,6 +71,23 @@ pub struct GatewayRoute {
     pub fixed: Option<Credential>,
     /// The raw key for the default styles, when not keyless and not fixed.
     pub key: Option<SecretKey>,
+    /// How the driver sends its key, decided at launch from its kind (ignored when `fixed`).
+    pub style: KeyStyle,
+}
+
+/// How a driver's key goes upstream when its artifact declares no `upstream_auth`: decided
+/// once, at launch, from the driver's kind; never from what a request looks like, except for a
+/// driver of unknown kind ([`KeyStyle::ByPath`], warned about at launch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyStyle {
+    /// Anthropic Messages: `x-api-key`, only with `POST …/messages`.
+    Anthropic,
+    /// OpenAI-compatible: `authorization: Bearer`, only with `POST` to the completions,
+    /// responses and embeddings paths.
+    OpenAi,
+    /// Unknown kind: each of the two above, by the request's path.
+    #[default]
+    ByPath,
 }
 
 /// A key that never prints.
@@ -114,7 +131,7 @@ const COMPLETIONS_PATHS: [&str; 8] = [
 
 /// With an artifact's own `upstream_auth` (`fixed`), every `POST` below the endpoint carries
 /// it: that provider's paths are not known here.
-fn key_scope(method: &http::Method, guest_path_and_query: &str, fixed: bool) -> KeyScope {
+fn key_scope(method: &http::Method, guest_path_and_query: &str, fixed: bool, style: KeyStyle) -> KeyScope {
     if method != http::Method::POST {
         return KeyScope::Outside;
     }
@@ -122,12 +139,12 @@ fn key_scope(method: &http::Method, guest_path_and_query: &str, fixed: bool) -> 
     if fixed {
         return KeyScope::Completions;
     }
-    if MESSAGES_PATHS.contains(&path) {
-        KeyScope::Messages
-    } else if COMPLETIONS_PATHS.contains(&path) {
-        KeyScope::Completions
-    } else {
-        KeyScope::Outside
+    let messages = MESSAGES_PATHS.contains(&path);
+    let completions = COMPLETIONS_PATHS.contains(&path);
+    match style {
+        KeyStyle::Anthropic | KeyStyle::ByPath if messages => KeyScope::Messages,
+        KeyStyle::OpenAi | KeyStyle::ByPath if completions => KeyScope::Completions,
+        _ => KeyScope::Outside,
     }
 }
 
@@ -162,7 +179,7 @@ impl OutgoingPolicy {
             .path_and_query(joined)
             .build()
             .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        let style = key_scope(request.method(), &guest_path, gw.fixed.is_some());
+        let style = key_scope(request.method(), &guest_path, gw.fixed.is_some(), gw.style);
         *request.uri_mut() = uri;
         let headers = request.headers_mut();
         for h in AUTH_HEADERS {
@@ -384,8 +401,27 @@ mod tests {
                 endpoint: endpoint.parse().expect("uri"),
                 fixed: None,
                 key: Some(SecretKey("sk-test".into())),
+                style: KeyStyle::ByPath,
             }),
         }
+    }
+
+    #[test]
+    fn a_driver_of_known_kind_sends_its_key_only_in_its_own_style_and_paths() {
+        let keyed = |style, path: &str| {
+            let mut p = gw("https://api.example.com");
+            if let Some(g) = p.gateway.as_mut() {
+                g.style = style;
+            }
+            let out = p.decide(req(&format!("http://127.0.0.1:1{path}"))).expect("forwarded");
+            (out.headers().get("x-api-key").is_some(), out.headers().get("authorization").is_some())
+        };
+        assert_eq!(keyed(KeyStyle::Anthropic, "/v1/messages"), (true, false));
+        assert_eq!(keyed(KeyStyle::Anthropic, "/v1/chat/completions"), (false, false), "not its path: no key");
+        assert_eq!(keyed(KeyStyle::OpenAi, "/v1/chat/completions"), (false, true));
+        assert_eq!(keyed(KeyStyle::OpenAi, "/v1/messages"), (false, false), "not its path: no key");
+        assert_eq!(keyed(KeyStyle::ByPath, "/v1/messages"), (true, false));
+        assert_eq!(keyed(KeyStyle::ByPath, "/v1/chat/completions"), (false, true));
     }
 
     #[test]

@@ -85,7 +85,10 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
         preopen: None,
         disk: Default::default(),
         limits: Limits { deadline_seconds: DEADLINE_SECONDS, ..Limits::default() },
-        policy: OutgoingPolicy { allow: Vec::new(), gateway: Some(GatewayRoute { endpoint, fixed: None, key: None }) },
+        policy: OutgoingPolicy {
+            allow: Vec::new(),
+            gateway: Some(GatewayRoute { endpoint, fixed: None, key: None, style: Default::default() }),
+        },
     };
     let recorder = Arc::new(Recorder::default());
     let events: Arc<dyn GuestEvents> = recorder.clone();

@@ -83,6 +83,32 @@ async fn an_older_driver_that_sets_its_own_auth_header_gets_the_real_credential_
     let values: Vec<&str> =
         req.headers.iter().filter(|(k, _)| k == "x-api-key" || k == "authorization").map(|(_, v)| v.as_str()).collect();
     assert_eq!(values, vec![KEY], "the guest's own headers were stripped and only the real key attached");
+    // `old` names no known kind and declares no upstream_auth: the launch says how its key goes.
+    assert!(
+        session.warnings.iter().any(|w| w.code.as_str() == "W-CAP-002" && w.at == "artifacts[old]"),
+        "{:?}",
+        session.warnings
+    );
+    session.shutdown().await;
+}
+
+/// A driver of a known kind sends its key only in its own style: an Anthropic driver's request
+/// to an OpenAI-style path carries no key (the style is the driver's, not the request's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_driver_kind_gets_no_warning_and_its_key_in_its_own_header() {
+    let stub = stub(vec![Turn::text("ok")]);
+    let yaml = format!(
+        "name: known\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{TEST_PROVIDER_KEY}}'}}}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    );
+    let cap = Capsule::new(&yaml);
+    let session = cap.launch_with_env(&[("TEST_PROVIDER_KEY", KEY)]).await.expect("launch");
+    assert!(!session.warnings.iter().any(|w| w.code.as_str() == "W-CAP-002"), "{:?}", session.warnings);
+    let (outcome, _) = run_task(&session, "hello").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+    let req = &stub.requests()[0];
+    assert!(req.headers.iter().any(|(k, v)| k == "x-api-key" && v == KEY), "{:?}", req.headers);
+    assert!(!req.headers.iter().any(|(k, _)| k == "authorization"));
     session.shutdown().await;
 }
 

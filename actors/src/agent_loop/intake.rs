@@ -138,16 +138,18 @@ impl LoopState {
         if self.running.as_ref().is_some_and(|r| r.task_id == id) {
             self.finish(ExitStatus::Canceled, "canceled by a client".into()).await;
             self.start_queued(myself).await;
-        } else if let Some(pos) = self.queue.iter().position(|q| q.record.id == id)
-            && let Some(mut q) = self.queue.remove(pos)
-        {
-            q.record.state = TaskState::Canceled;
-            q.record.message = "canceled by a client before it started".into();
-            // Journaled, so a resumed session does not run a task its client canceled.
-            let ended = json!({"task_id": q.record.id, "exit_status": ExitStatus::Canceled.as_str(), "turns": 0, "duration_ms": 0, "message": q.record.message});
+        } else if let Some(pos) = self.queue.iter().position(|q| q.record.id == id) {
+            // Journaled first, so a resumed session does not run a task its client canceled; a
+            // cancel that cannot be journaled is not applied (the task stays queued).
+            let message = "canceled by a client before it started";
+            let ended = json!({"task_id": id, "exit_status": ExitStatus::Canceled.as_str(), "turns": 0, "duration_ms": 0, "message": message});
             if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::TaskEnd, ended)]).await {
-                tracing::error!(error = %e, task = q.record.id, "the cancel of a queued task could not be journaled");
+                tracing::error!(error = %e, task = id, "the cancel of a queued task could not be journaled; it stays queued");
+                return self.tasks.get(id).cloned();
             }
+            let Some(mut q) = self.queue.remove(pos) else { return self.tasks.get(id).cloned() };
+            q.record.state = TaskState::Canceled;
+            q.record.message = message.into();
             self.tasks.insert(q.record.id.clone(), q.record.clone());
             self.final_frame(&q.record);
             if let Some(r) = q.reply.take() {
