@@ -9,6 +9,8 @@
 //!   largest is held; a report no larger than an earlier one is ignored;
 //! - when the complete call arrives (the driver call returned), the largest unwritten size is
 //!   written once, whatever the interval;
+//! - when the driver call failed instead (a stream cut in the middle of a call's input), calls
+//!   being written were never completed: nothing is flushed for them;
 //! - a call's result settles it: anything held is dropped, later reports are ignored;
 //! - a new attempt forgets everything.
 //!
@@ -51,6 +53,9 @@ pub enum CoalescerMsg {
     /// The driver call returned: every call being written is complete; flush what is held,
     /// then answer.
     CompleteAll(RpcReplyPort<()>),
+    /// The driver call failed: no call being written was completed (a stream cut in the middle
+    /// of a call's input); forget them without a flush, then answer.
+    AbandonAll(RpcReplyPort<()>),
     /// A call's result arrived.
     Settle {
         /// Call id.
@@ -120,6 +125,15 @@ impl ProgressRules {
         out
     }
 
+    /// The driver call failed: settle every call being written, dropping what is held (seed 001
+    /// `clear_writing`: a call that never completed flushes nothing).
+    pub fn abandon_all(&mut self) {
+        for id in std::mem::take(&mut self.order) {
+            self.writing.remove(&id);
+            self.settled.insert(id);
+        }
+    }
+
     /// A result arrived: settle the call, dropping anything held.
     pub fn settle(&mut self, id: &str) {
         self.writing.remove(id);
@@ -186,6 +200,10 @@ impl Actor for Coalescer {
                 }
                 let _ = reply.send(());
             }
+            CoalescerMsg::AbandonAll(reply) => {
+                state.rules.abandon_all();
+                let _ = reply.send(());
+            }
             CoalescerMsg::Settle { id } => state.rules.settle(&id),
             CoalescerMsg::Reset => state.rules.reset(),
         }
@@ -236,5 +254,17 @@ mod tests {
         assert!(r.complete_all().is_empty(), "the held 9 was dropped by the result");
         r.reset();
         assert!(r.start("t", "a"), "a new attempt forgets settled ids");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_cut_off_in_the_middle_of_its_input_flushes_nothing() {
+        let mut r = ProgressRules::default();
+        assert!(r.start("t", "cut"));
+        let t0 = Instant::now();
+        assert_eq!(r.report("cut", 5, t0), Some(5));
+        assert_eq!(r.report("cut", 900, t0 + Duration::from_millis(10)), None, "held");
+        r.abandon_all();
+        assert!(r.complete_all().is_empty(), "the held 900 is never written");
+        assert_eq!(r.report("cut", 1000, t0 + Duration::from_secs(5)), None, "and later reports are ignored");
     }
 }

@@ -145,10 +145,6 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
         .artifact
         .call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None })
         .await;
-    // The flush frames are with the emitter before the answer (frame order per task).
-    if let Err(e) = Peer::of(sid, role::COALESCER).ask(CoalescerMsg::CompleteAll, wait::COALESCE).await {
-        tracing::warn!(session = %sid, error = %e, "progress frames were not flushed before the answer");
-    }
     let mut continuation_id = None;
     let result = match outcome.result {
         Err(e) => Err(InferenceError::Guest(e)),
@@ -173,6 +169,12 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
             }
         }
     };
+    // The flush frames are with the emitter before the answer (frame order per task). A call
+    // that failed completed none of the calls it was writing: they flush nothing.
+    let settle = if result.is_ok() { CoalescerMsg::CompleteAll } else { CoalescerMsg::AbandonAll };
+    if let Err(e) = Peer::of(sid, role::COALESCER).ask(settle, wait::COALESCE).await {
+        tracing::warn!(session = %sid, error = %e, "progress frames were not flushed before the answer");
+    }
     // A call that failed because the provider could not be reached says so, naming where.
     let result = match (result, outcome.unreachable) {
         (Err(InferenceError::Driver { .. }), Some((authority, why))) => Err(InferenceError::Unreachable {

@@ -123,3 +123,36 @@ async fn a_200_kb_tool_input_streams_as_coalesced_progress_ending_at_its_size_be
     let written = std::fs::read_to_string(session.files.join("big.txt")).expect("big.txt written");
     assert_eq!(written.len(), CONTENT_BYTES, "the tool got the whole input");
 }
+
+/// Seed 001 `clear_writing`: a stream cut in the middle of a tool call's input leaves that call
+/// as it was: its first progress frame, nothing flushed after, no artifact; the task fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_in_the_middle_of_a_tool_calls_input_flushes_nothing_for_that_call() {
+    let input = json!({"op": "write", "path": "never.txt", "content": "z".repeat(20_000)});
+    let call = Turn { cut_after_events: Some(40), ..Turn::tool_call("files", input) };
+    let stub = Stub::start(Script { delta_bytes: 64, ..Script::new(vec![call]) }).expect("stub");
+    let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "");
+    let session = cap.launch().await.expect("launch");
+    let mut rx = session.subscribe(None).await.expect("subscribe");
+    let outcome = session.submit("write it").await.expect("outcome");
+    assert_eq!(outcome.exit_status, capsule_protocol::trace::ExitStatus::Failed, "{}", outcome.message);
+    let mut frames = Vec::new();
+    while let Ok(Some(f)) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        let done = matches!(&f.frame, capsule_protocol::frame::Frame::Status { is_final: true, .. });
+        frames.push(f.frame);
+        if done {
+            break;
+        }
+    }
+    use capsule_protocol::frame::Frame;
+    let started = frames.iter().filter(|f| matches!(f, Frame::ToolCallStarted { .. })).count();
+    let progress: Vec<u64> = frames
+        .iter()
+        .filter_map(|f| if let Frame::ToolCallProgress { input_bytes, .. } = f { Some(*input_bytes) } else { None })
+        .collect();
+    assert_eq!(started, 1, "the call was started: {frames:?}");
+    assert_eq!(progress.len(), 1, "only the first report, written at once; no flush of what was held: {progress:?}");
+    assert!(!frames.iter().any(|f| matches!(f, Frame::Artifact { .. })), "no artifact for a call that never completed");
+    assert!(!session.files.join("never.txt").exists(), "the tool never ran");
+    session.shutdown().await;
+}
