@@ -383,6 +383,10 @@ async fn a_mid_task_switch_carries_the_history_but_not_provider_bound_state() {
     assert_eq!(choices, vec!["primary", "alt", "primary"]);
     let start = &trace[0];
     assert_eq!(start["inference_choices"][1]["credential_source"], "injected");
+    // `available` means what GET /control means by it: a switch would be accepted now. At
+    // launch no secret is injected yet, so the alternate is not.
+    assert_eq!(start["inference_choices"][0]["available"], true);
+    assert_eq!(start["inference_choices"][1]["available"], false, "{start}");
     assert!(trace.iter().any(|e| e["event_type"] == "control_applied"));
 }
 
