@@ -50,9 +50,10 @@ pub struct RunArgs {
     /// With --endpoint: the upstream needs no key (else the manifest's credential is kept).
     #[arg(long, requires = "endpoint")]
     pub keyless: bool,
-    /// The door's port on the bind address [default: an OS-chosen port].
-    #[arg(long, default_value_t = 0)]
-    pub port: u16,
+    /// The door's port on the bind address [default: the manifest's `network.internal_port`,
+    /// else an OS-chosen port].
+    #[arg(long)]
+    pub port: Option<u16>,
     /// The door's bind address.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: std::net::IpAddr,
@@ -342,8 +343,8 @@ pub async fn run_with(
             return ExitCode::from(2);
         }
     };
-    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, args.port)).await
-    {
+    let port = args.port.or(session.manifest.network.internal_port).unwrap_or(0);
+    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, port)).await {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {}", chain(&e));
@@ -358,10 +359,16 @@ pub async fn run_with(
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "files": session.files, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone())})
+            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "files": session.files, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone()), "door_token_file": session.door_auth.as_ref().map(|d| d.token_file.clone())})
         );
     } else {
         eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());
+        if let Some(d) = &session.door_auth {
+            eprintln!(
+                "the door requires `Authorization: Bearer <token>`; the token is in {} (0600)",
+                d.token_file.display()
+            );
+        }
     }
     for w in &session.warnings {
         eprintln!("warning: {w}");

@@ -84,7 +84,7 @@ pub async fn demo(args: DemoArgs) -> ExitCode {
         cache_dir: None,
         endpoint: None,
         keyless: false,
-        port: 0,
+        port: None,
         bind: std::net::Ipv4Addr::LOCALHOST.into(),
         config: None,
     };

@@ -55,6 +55,10 @@ pub struct WatchArgs {
     /// Print one JSON object per frame: {"id", "event", "data"}.
     #[arg(long)]
     pub json: bool,
+    /// The door's bearer token file (`<session folder>/door.token`), for a capsule with
+    /// `network.authentication: bearer`.
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
     /// First replay the frames after this id (sent as `Last-Event-ID`); 0 replays all the door
     /// still holds.
     #[arg(long)]
@@ -174,7 +178,13 @@ fn backoff(attempt: u32) -> Duration {
 
 /// One connection: subscribe, print until it ends. Returns how it ended and whether it printed
 /// a new frame.
-async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut Seen, json_mode: bool) -> (Ended, bool) {
+async fn connect_once(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    token: Option<&str>,
+    seen: &mut Seen,
+    json_mode: bool,
+) -> (Ended, bool) {
     let mut req = client
         .post(url.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -182,6 +192,9 @@ async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut S
         .body(WATCH_REQUEST);
     if let Some(last) = seen.last_id {
         req = req.header("Last-Event-ID", last.to_string());
+    }
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
     }
     let mut resp = match req.send().await {
         Ok(r) => r,
@@ -193,6 +206,14 @@ async fn connect_once(client: &reqwest::Client, url: &reqwest::Url, seen: &mut S
     if !status.is_success() || !content_type.starts_with("text/event-stream") {
         let body = resp.text().await.unwrap_or_default();
         let body: String = body.chars().take(300).collect();
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return (
+                Ended::Fatal(format!(
+                    "{url} requires a door token (network.authentication: bearer); pass --token-file <session folder>/door.token"
+                )),
+                false,
+            );
+        }
         if status.is_server_error() {
             return (Ended::Dropped(format!("the door answered {status}: {body}")), false);
         }
@@ -269,13 +290,23 @@ pub async fn watch(args: WatchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let token = match &args.token_file {
+        None => None,
+        Some(f) => match std::fs::read_to_string(f) {
+            Ok(t) => Some(t.trim().to_string()),
+            Err(e) => {
+                eprintln!("error: cannot read the door token file {}: {e}", f.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut seen = Seen { last_id: args.last_event_id, acked: false };
     let mut failures: u32 = 0;
     let mut ever_connected = false;
     eprintln!("watch: connecting to {url} …");
     loop {
         let started = Instant::now();
-        let (ended, printed) = connect_once(&client, &url, &mut seen, args.json).await;
+        let (ended, printed) = connect_once(&client, &url, token.as_deref(), &mut seen, args.json).await;
         let why = match ended {
             Ended::Closed => return ExitCode::SUCCESS,
             Ended::Fatal(why) => {

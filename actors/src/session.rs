@@ -32,6 +32,19 @@ use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, Supervisor
 use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
 use capsule_protocol::Code;
 
+/// The door's authentication: the token's verification key (the token itself is only in its
+/// `0600` file, shown once to the operator, never traced or logged).
+#[derive(Debug, Clone)]
+pub struct DoorAuth {
+    /// Verifies presented tokens in constant time.
+    pub key: crate::control::TokenKey,
+    /// `<session>/door.token`.
+    pub token_file: PathBuf,
+}
+
+/// The file in a session folder that holds the door's bearer token.
+pub const DOOR_TOKEN_FILE: &str = "door.token";
+
 /// The control surface of a session: the token's verification key and what is declared.
 #[derive(Debug, Clone)]
 pub struct ControlHandle {
@@ -86,6 +99,8 @@ pub struct Session {
     pub manifest: Arc<capsule_protocol::Manifest>,
     /// The control surface, when `control.settings` or `control.secrets` is non-empty.
     pub control: Option<ControlHandle>,
+    /// The door's bearer token (`network.authentication: bearer`), when on.
+    pub door_auth: Option<DoorAuth>,
     supervisor: ActorRef<SupervisorMsg>,
     refusals: std::sync::Mutex<RefusalWindow>,
 }
@@ -168,6 +183,16 @@ impl Session {
             })
         } else {
             None
+        };
+        // A fresh token per start (a resumed session gets a new one; the old file is replaced).
+        let door_auth = match m.network.authentication {
+            capsule_protocol::manifest::DoorAuthentication::Bearer => {
+                let token_file = dir.join(DOOR_TOKEN_FILE);
+                let key = crate::control::TokenKey::mint(&token_file)
+                    .map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
+                Some(DoorAuth { key, token_file })
+            }
+            capsule_protocol::manifest::DoorAuthentication::None => None,
         };
         let agent_switch = m.control.agent_settings.iter().any(|s| s == "inference.driver");
         let mut tools = tool_specs(&prepared);
@@ -260,6 +285,7 @@ impl Session {
             warnings: warnings.clone(),
             manifest: Arc::new(prepared.manifest.clone()),
             control,
+            door_auth,
             supervisor,
             refusals: Default::default(),
         };
@@ -284,6 +310,9 @@ impl Session {
                 json!({"name": c.name, "driver": c.artifact, "model": c.model, "max_tokens": c.max_tokens, "context_window": c.context_window,
                        "credential_source": cred.map(|x| x.source()), "available": cred.is_none_or(|x| x.available_at_launch())})
             }).collect::<Vec<_>>());
+        }
+        if let Some(d) = &session.door_auth {
+            start["door_authentication"] = json!({"scheme": "bearer", "token_id": d.key.id()});
         }
         if let Some(c) = &session.control {
             start["control"] = json!({"settings": c.settings, "secrets": c.secrets, "token_id": c.key.id(), "agent_settings": m.control.agent_settings});

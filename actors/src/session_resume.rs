@@ -44,6 +44,7 @@ impl Session {
         let (mut seed, _) = read_seed(&crate::emitter::journal_records(&dir.join("trace.jsonl")));
         seed.next_frame_id = next_frame_id;
         let _ = std::fs::remove_file(dir.join("control.token"));
+        let _ = std::fs::remove_file(dir.join(crate::session::DOOR_TOKEN_FILE));
         Self::start(opts, Some(session_id), Some(seed)).await.map(|s| (s, reports))
     }
 }

@@ -358,3 +358,81 @@ async fn thinking_frames_reach_the_client_as_sse() {
     let first_text = fs.iter().position(|f| f.1 == "text").expect("text");
     assert!(first_thinking < first_text);
 }
+
+/// `network.authentication: bearer`: every JSON-RPC request, streams included, needs the
+/// session's door token. A missing or wrong token is a 401 with `WWW-Authenticate: Bearer`
+/// before anything runs or any stream starts; the card stays public and declares the scheme;
+/// the token is in a `0600` file and in no trace, frame or log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_door_with_bearer_authentication_refuses_every_request_without_its_token() {
+    let stub = stub(vec![Turn::text("authorized")]);
+    let cap = anthropic_capsule(&stub.url(), &[], "network: {authentication: bearer}\n");
+    let (s, d) = serve(&cap).await;
+    let auth = s.door_auth.as_ref().expect("authentication on");
+    let token = std::fs::read_to_string(&auth.token_file).expect("token file");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&auth.token_file).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let client = reqwest::Client::new();
+    let post = |body: Value, bearer: Option<&str>, accept_sse: bool| {
+        let mut r = client.post(d.url()).header("content-type", "application/json").body(body.to_string());
+        if let Some(t) = bearer {
+            r = r.bearer_auth(t);
+        }
+        if accept_sse {
+            r = r.header("accept", "text/event-stream");
+        }
+        r.send()
+    };
+    let stream = json!({"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": {"messageId": "m", "role": "user", "parts": [{"text": "hi"}]}}});
+    let watch = json!({"jsonrpc": "2.0", "id": 1, "method": "stream/watch"});
+    for (what, body, bearer) in [
+        ("send without a token", send_body("hi"), None),
+        ("send with a wrong token", send_body("hi"), Some("not-the-token")),
+        ("stream without a token", stream.clone(), None),
+        ("watch with a wrong token", watch.clone(), Some("x")),
+    ] {
+        let resp = post(body, bearer, true).await.expect("answer");
+        assert_eq!(resp.status().as_u16(), 401, "{what}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer", "{what}");
+        assert!(!resp.headers()["content-type"].to_str().unwrap_or("").contains("event-stream"), "{what}: no stream");
+        let v: Value = resp.json().await.expect("json");
+        assert_eq!(v["error"]["code"], -32010, "{what}: {v}");
+    }
+    assert!(stub.requests().is_empty(), "nothing ran for a refused request");
+    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
+        .await
+        .expect("card")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(card["securitySchemes"]["bearer"], json!({"type": "http", "scheme": "bearer"}), "{card}");
+
+    let ok: Value = post(send_body("hi"), Some(token.trim()), false).await.expect("answer").json().await.expect("json");
+    assert_eq!(ok["result"]["status"]["response"], "authorized", "{ok}");
+    let dir = s.dir.clone();
+    s.shutdown().await;
+    for file in ["trace.jsonl", "frames.jsonl", "conversation.jsonl"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        assert!(!text.contains(token.trim()), "the token is not in {file}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_authentication_the_door_mints_no_token_and_the_card_declares_no_scheme() {
+    let stub = stub(vec![]);
+    let cap = anthropic_capsule(&stub.url(), &[], "");
+    let (s, d) = serve(&cap).await;
+    assert!(s.door_auth.is_none());
+    assert!(!s.dir.join(capsule_actors::session::DOOR_TOKEN_FILE).exists());
+    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
+        .await
+        .expect("card")
+        .json()
+        .await
+        .expect("json");
+    assert!(card.get("securitySchemes").is_none(), "{card}");
+}

@@ -34,16 +34,19 @@ pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Re
         .filter(|a| a.runtime == ArtifactRuntime::Tool)
         .map(|a| json!({"id": a.name, "name": a.name}))
         .collect();
-    json_response(
-        StatusCode::OK,
-        json!({
-            "name": m.name, "version": m.version, "url": format!("http://{host}/"),
-            "description": format!("Murmur capsule `{}` served by capsule-runtime", m.name),
-            "capabilities": {"streaming": true},
-            "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
-            "skills": skills, "session_id": s.session_id,
-        }),
-    )
+    let mut card = json!({
+        "name": m.name, "version": m.version, "url": format!("http://{host}/"),
+        "description": format!("Murmur capsule `{}` served by capsule-runtime", m.name),
+        "capabilities": {"streaming": true},
+        "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
+        "skills": skills, "session_id": s.session_id,
+    });
+    // The scheme a client must use (the card itself stays public).
+    if s.door_auth.is_some() {
+        card["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"}});
+        card["security"] = json!([{"bearer": []}]);
+    }
+    json_response(StatusCode::OK, card)
 }
 
 /// `POST /`: JSON-RPC 2.0.

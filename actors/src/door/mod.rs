@@ -27,15 +27,49 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// The router, without a socket (tests drive it directly).
 pub fn app(session: Arc<Session>) -> Router {
+    let guarded = session.clone();
     Router::new()
         .route("/.well-known/agent-card.json", get(methods::agent_card))
-        .route("/", post(methods::rpc))
+        .route(
+            "/",
+            post(methods::rpc)
+                .layer(axum::middleware::from_fn(move |req, next| require_token(guarded.clone(), req, next))),
+        )
         .route("/control", any(crate::control::handle))
         .route("/control/{*rest}", any(crate::control::handle))
         .layer(axum::middleware::from_fn(|req, next| {
             crate::local_origin::middleware(crate::local_origin::Guard { json_posts: false }, req, next)
         }))
         .with_state(session)
+}
+
+/// With `network.authentication: bearer`, a JSON-RPC request (a stream included) must carry
+/// `Authorization: Bearer <the session's door token>`; otherwise it is answered 401 with
+/// `WWW-Authenticate: Bearer` before anything runs or any stream starts. The token is compared
+/// by its hash in constant time and never traced or logged. The agent card stays public (it
+/// declares the scheme); `/control` has its own token.
+async fn require_token(
+    s: Arc<Session>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(auth) = &s.door_auth else { return next.run(req).await };
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if presented.is_some_and(|t| auth.key.verify(t)) {
+        return next.run(req).await;
+    }
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": rpc::code::UNAUTHORIZED, "message": format!(
+        "unauthorized: this door requires `Authorization: Bearer <token>` (network.authentication: bearer); the token is in the session folder's {} file",
+        crate::session::DOOR_TOKEN_FILE
+    )}});
+    let mut resp = (axum::http::StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    resp
 }
 
 /// Why the door could not open.

@@ -17,6 +17,9 @@ pub mod code {
     pub const INTERNAL: i64 = -32603;
     /// The task id is unknown.
     pub const TASK_NOT_FOUND: i64 = -32001;
+    /// No door token, or not this session's (answered with HTTP 401; outside the codes A2A
+    /// names for its own errors).
+    pub const UNAUTHORIZED: i64 = -32010;
 }
 
 /// A request.

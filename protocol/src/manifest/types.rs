@@ -50,6 +50,34 @@ pub struct Manifest {
     /// Task acceptance and what happens after a task.
     #[serde(default)]
     pub lifecycle: Lifecycle,
+    /// The door's own network settings (who may use it).
+    #[serde(default)]
+    pub network: DoorNetwork,
+}
+
+/// Top-level `network`: the door's settings (a guest's reach is `capabilities.network`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DoorNetwork {
+    /// `bearer`: every JSON-RPC request to the door (streams included) must carry
+    /// `Authorization: Bearer <token>`, the token minted per session into `door.token`.
+    /// `none` (the default): any local process may use the door.
+    #[serde(default)]
+    pub authentication: DoorAuthentication,
+    /// The door's port when `--port` is not given (an OS-chosen port when absent).
+    #[serde(default)]
+    pub internal_port: Option<u16>,
+}
+
+/// `network.authentication`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DoorAuthentication {
+    /// No token.
+    #[default]
+    None,
+    /// A bearer token per session.
+    Bearer,
 }
 
 fn default_version() -> String {
