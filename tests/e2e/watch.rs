@@ -225,3 +225,51 @@ fn watch_on_a_url_where_nothing_listens_fails_at_once_saying_what_to_check() {
     assert!(stderr.contains("cannot reach") && stderr.contains("is the capsule running"), "{stderr}");
     assert!(!stderr.contains("reconnecting"), "no retry on a first connection: {stderr}");
 }
+
+/// A door with `network.authentication: bearer`: `capsule watch` without the token exits 2
+/// saying to pass `--token-file`; with `--token-file` it follows the frames to `capsule-closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sends_the_door_token_from_its_file_and_says_so_when_it_is_missing() {
+    let stub = Stub::start(Script::new(vec![Turn::text("watched")])).expect("stub");
+    let cap = anthropic_capsule(&stub.url(), &[], "network: {authentication: bearer}\n");
+    let session = Arc::new(cap.launch().await.expect("launch"));
+    let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
+    let token_file = session.door_auth.as_ref().expect("auth on").token_file.clone();
+
+    let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["watch", &d.url()])
+        .output()
+        .await
+        .expect("watch runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("requires a door token") && stderr.contains("--token-file"), "{stderr}");
+
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["watch", &d.url(), "--json", "--token-file"])
+        .arg(&token_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("watch starts");
+    // Wait until the watcher is subscribed (its ack frame), then run a task and close.
+    let mut child = child;
+    let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first: Value = serde_json::from_str(&out.next_line().await.expect("read").expect("a line")).expect("json");
+    assert_eq!(first["event"], "connection-ack", "{first}");
+    let outcome = session.submit("go").await.expect("outcome");
+    assert_eq!(outcome.message, "watched");
+    session.shutdown().await;
+    let mut events = Vec::new();
+    while let Ok(Some(line)) = out.next_line().await {
+        let v: Value = serde_json::from_str(&line).expect("json");
+        events.push(v["event"].as_str().unwrap_or("").to_string());
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits").expect("status");
+    assert!(status.success(), "{events:?}");
+    assert!(
+        events.iter().any(|e| e == "text") && events.last().map(String::as_str) == Some("capsule-closed"),
+        "{events:?}"
+    );
+}
