@@ -25,8 +25,28 @@ pub enum Style {
 /// Whether a live progress line (no newline yet) is on the terminal.
 static PROGRESS_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Print one frame in `style` (`capsule watch` prints the frames it reads this way too).
-pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
+/// A tool call's input, shortened to one line, from the session's trace (`tool_call_started` is
+/// journaled before the tool runs; no frame carries the input).
+fn call_input(trace: &std::path::Path, call_id: &str) -> Option<String> {
+    const SHOWN: usize = 80;
+    let text = std::fs::read_to_string(trace).ok()?;
+    let line = text.lines().rev().find(|l| l.contains("\"tool_call_started\"") && l.contains(call_id))?;
+    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    if event["tool_call_id"] != call_id {
+        return None;
+    }
+    let input = event["input"].to_string();
+    Some(if input.chars().count() > SHOWN {
+        format!("{}…", input.chars().take(SHOWN).collect::<String>())
+    } else {
+        input
+    })
+}
+
+/// Print one frame in `style` (`capsule watch` prints the frames it reads this way too). With
+/// `trace` (the session's `trace.jsonl`, when printing in-process), a finished tool call also
+/// shows its input, shortened.
+pub(crate) fn print_frame(f: &NumberedFrame, style: Style, trace: Option<&std::path::Path>) {
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     let mut out = std::io::stdout().lock();
@@ -64,7 +84,11 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style) {
             let content = artifact.content.clone().unwrap_or_default();
             let first = content.lines().next().unwrap_or("");
             let more = if content.lines().count() > 1 { " …" } else { "" };
-            let _ = writeln!(out, "{mark} {} {}{more}", artifact.tool_name.clone().unwrap_or_default(), first);
+            let input = match (trace, &artifact.tool_call_id) {
+                (Some(t), Some(id)) => call_input(t, id).map(|i| format!(" {}", dim(&i))).unwrap_or_default(),
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "{mark} {}{input} {}{more}", artifact.tool_name.clone().unwrap_or_default(), first);
         }
         Frame::Status { status, .. } => match status.state {
             TaskState::Working => {
@@ -92,9 +116,10 @@ pub async fn start(session: &Session, style: Style) -> mpsc::UnboundedReceiver<(
     let Some(mut frames) = session.subscribe(None).await else {
         return rx;
     };
+    let trace = session.dir.join("trace.jsonl");
     tokio::spawn(async move {
         while let Some(f) = frames.recv().await {
-            print_frame(&f, style);
+            print_frame(&f, style, Some(&trace));
             if let Frame::Status { id, status, is_final: true, .. } = &f.frame
                 && tx.send((id.clone(), status.state)).is_err()
             {

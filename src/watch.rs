@@ -165,7 +165,7 @@ fn print(shown: &Shown, json_mode: bool) {
             dim(format!("[frames before {first_available_id} are no longer kept; the replay starts there]"))
         }
         Some(Frame::Lagged { missed }) => dim(format!("[{missed} frames lost: this watcher fell behind]")),
-        Some(frame) => printer::print_frame(&NumberedFrame { id: shown.id, frame }, Style::Human),
+        Some(frame) => printer::print_frame(&NumberedFrame { id: shown.id, frame }, Style::Human, None),
         None => dim(format!("[{}] {}", shown.event, shown.data)),
     }
 }

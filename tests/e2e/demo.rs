@@ -95,6 +95,12 @@ fn capsule_demo_runs_through_the_openai_driver_too_and_ends_with_one_summary_lin
         "Hello from a Murmur capsule!\n"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // A finished tool call shows its input, shortened, beside its result.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.starts_with("✓ files {") && l.contains("\"op\":\"write\"")),
+        "the call's input is shown: {stdout}"
+    );
     let summary: Vec<&str> = stderr.lines().filter(|l| l.starts_with("ok · ")).collect();
     assert_eq!(summary.len(), 1, "one summary line: {stderr}");
     assert!(summary[0].contains("3 turns") && summary[0].contains("tokens in"), "{}", summary[0]);
