@@ -41,7 +41,12 @@ impl Session {
             return Err(LaunchError::AlreadyEnded { session: session_id });
         }
         let (reports, next_frame_id) = crate::journal_check::check(&dir, repair)?;
-        let (mut seed, _) = read_seed(&crate::emitter::journal_records(&dir.join("trace.jsonl")));
+        // The check changes a file only when it reports a cut; read the trace again only then.
+        let (mut seed, _) = if reports.is_empty() {
+            (seed, ended)
+        } else {
+            read_seed(&crate::emitter::journal_records(&dir.join("trace.jsonl")))
+        };
         seed.next_frame_id = next_frame_id;
         let _ = std::fs::remove_file(dir.join("control.token"));
         let _ = std::fs::remove_file(dir.join(crate::session::DOOR_TOKEN_FILE));

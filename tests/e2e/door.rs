@@ -15,6 +15,10 @@ async fn serve(cap: &Capsule) -> (Arc<capsule_actors::Session>, door::Door) {
     (session, d)
 }
 
+async fn card(door: &str) -> Value {
+    reqwest::get(format!("{door}/.well-known/agent-card.json")).await.expect("card").json().await.expect("json")
+}
+
 fn send_body(text: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": text}]}}})
 }
@@ -69,12 +73,7 @@ fn frames(raw: &str) -> Vec<(Option<u64>, String, Value)> {
 async fn the_agent_card_names_the_capsule() {
     let stub = stub(vec![]);
     let (_s, d) = serve(&anthropic_capsule(&stub.url(), &[], "")).await;
-    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let card: Value = card(&d.url()).await;
     assert_eq!(card["name"], "test-capsule");
     assert_eq!(card["capabilities"]["streaming"], true);
 }
@@ -403,12 +402,7 @@ async fn a_door_with_bearer_authentication_refuses_every_request_without_its_tok
         assert_eq!(v["error"]["code"], -32010, "{what}: {v}");
     }
     assert!(stub.requests().is_empty(), "nothing ran for a refused request");
-    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card: Value = card(&d.url()).await;
     assert_eq!(card["securitySchemes"]["bearer"], json!({"type": "http", "scheme": "bearer"}), "{card}");
 
     let ok: Value = post(send_body("hi"), Some(token.trim()), false).await.expect("answer").json().await.expect("json");
@@ -428,11 +422,6 @@ async fn without_authentication_the_door_mints_no_token_and_the_card_declares_no
     let (s, d) = serve(&cap).await;
     assert!(s.door_auth.is_none());
     assert!(!s.dir.join(capsule_actors::session::DOOR_TOKEN_FILE).exists());
-    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", d.url()))
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card: Value = card(&d.url()).await;
     assert!(card.get("securitySchemes").is_none(), "{card}");
 }
