@@ -29,6 +29,7 @@ mod supervisor;
 mod tools;
 
 // Parts a caller uses as modules of their own.
+pub mod a2a;
 pub mod coalescer;
 pub mod control;
 pub mod door;

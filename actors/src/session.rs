@@ -373,6 +373,16 @@ impl Session {
         Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::GetTask { id, reply }, wait::CONTROL).await?)
     }
 
+    /// Every task of this session, newest first.
+    pub async fn list_tasks(&self) -> Result<Vec<TaskRecord>, SessionError> {
+        Ok(self.peer(role::LOOP).ask(LoopMsg::ListTasks, wait::CONTROL).await?)
+    }
+
+    /// The id of the last frame emitted so far (0 before the first).
+    pub async fn last_frame_id(&self) -> Result<u64, SessionError> {
+        Ok(self.peer(role::EMITTER).ask(EmitterMsg::LastId, wait::CONTROL).await?)
+    }
+
     /// Cancel a task.
     pub async fn cancel(&self, id: &str) -> Result<Option<TaskRecord>, SessionError> {
         let id = id.to_string();

@@ -3,6 +3,8 @@
 //!
 //! One test binary with modules (each integration-test binary relinks wasmtime).
 
+mod a2a;
+mod a2a_sdk;
 mod adversarial;
 mod bad_input;
 mod common;
@@ -15,6 +17,7 @@ mod inspect;
 mod journal_fuzz;
 mod loop_rules;
 mod progress;
+mod python;
 mod resume;
 mod spend;
 mod supervision;

@@ -98,6 +98,8 @@ pub enum LoopMsg {
         /// Answer (`None` for an unknown id).
         reply: RpcReplyPort<Option<TaskRecord>>,
     },
+    /// Every task this session knows, newest first (ids are time-ordered UUIDv7s).
+    ListTasks(RpcReplyPort<Vec<TaskRecord>>),
     /// Cancel a task (`tasks/cancel`): the running one ends `canceled`, a queued one is dropped.
     Cancel {
         /// Task id.
@@ -278,6 +280,11 @@ impl Actor for AgentLoop {
             }
             LoopMsg::GetTask { id, reply } => {
                 let _ = reply.send(state.tasks.get(&id).cloned());
+            }
+            LoopMsg::ListTasks(reply) => {
+                let mut all: Vec<TaskRecord> = state.tasks.values().cloned().collect();
+                all.sort_by(|a, b| b.id.cmp(&a.id));
+                let _ = reply.send(all);
             }
             LoopMsg::Cancel { id, reply } => {
                 let r = state.cancel(&myself, &id).await;

@@ -32,12 +32,23 @@ pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Re
         .artifacts
         .iter()
         .filter(|a| a.runtime == ArtifactRuntime::Tool)
-        .map(|a| json!({"id": a.name, "name": a.name}))
+        .map(|a| json!({"id": a.name, "name": a.name, "description": format!("the `{}` tool", a.name), "tags": ["tool"]}))
         .collect();
+    // The A2A endpoint, advertised for v1.0 clients (`supportedInterfaces`) and v0.3 clients
+    // (`url`, `preferredTransport`, `protocolVersion`, `additionalInterfaces`). The host is the
+    // one the client used (the local-origin guard has already refused a foreign one).
+    let a2a = format!("http://{host}/a2a");
     let mut card = json!({
-        "name": m.name, "version": m.version, "url": format!("http://{host}/"),
+        "name": m.name, "version": m.version,
         "description": format!("Murmur capsule `{}` served by capsule-runtime", m.name),
-        "capabilities": {"streaming": true},
+        "supportedInterfaces": [
+            {"url": a2a, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": a2a, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ],
+        "url": a2a, "preferredTransport": "JSONRPC", "protocolVersion": "0.3.0",
+        "additionalInterfaces": [{"url": a2a, "transport": "JSONRPC"}],
+        "murmurDoorUrl": format!("http://{host}/"),
+        "capabilities": {"streaming": true, "pushNotifications": false},
         "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
         "skills": skills, "session_id": s.session_id,
     });
@@ -51,47 +62,10 @@ pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Re
 
 /// `POST /`: JSON-RPC 2.0.
 pub async fn rpc(State(s): State<Arc<Session>>, headers: HeaderMap, body: Bytes) -> Response {
-    let null = Value::Null;
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !ct.to_ascii_lowercase().starts_with("application/json") {
-        let msg = if ct.is_empty() {
-            "the request has no content type; send JSON-RPC 2.0 with `Content-Type: application/json`".to_string()
-        } else {
-            format!("content type `{ct}` is not application/json; send JSON-RPC 2.0 as JSON")
-        };
-        return json_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, rpc::err(&null, code::INVALID_REQUEST, msg));
-    }
-    if body.is_empty() {
-        return json_response(
-            StatusCode::BAD_REQUEST,
-            rpc::err(&null, code::PARSE_ERROR, "the body is empty; send a JSON-RPC 2.0 request object"),
-        );
-    }
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                rpc::err(&null, code::PARSE_ERROR, format!("the body is not JSON: {e}")),
-            );
-        }
-    };
-    let id = v.get("id").cloned().unwrap_or(Value::Null);
-    let req: rpc::Request = match serde_json::from_value(v) {
+    let req = match rpc::envelope(&headers, &body) {
         Ok(r) => r,
-        Err(e) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                rpc::err(&id, code::INVALID_REQUEST, format!("not a JSON-RPC 2.0 request: {e}")),
-            );
-        }
+        Err((status, answer)) => return json_response(status, answer),
     };
-    if req.jsonrpc != "2.0" {
-        return json_response(
-            StatusCode::BAD_REQUEST,
-            rpc::err(&id, code::INVALID_REQUEST, format!("jsonrpc is `{}`; it must be \"2.0\"", req.jsonrpc)),
-        );
-    }
     match req.method.as_str() {
         "message/send" => message_send(&s, &req).await,
         "message/stream" => message_stream(&s, &req).await,
@@ -140,19 +114,7 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
         Ok(o) => {
             // Answer from the outcome itself: the task's record may be gone if the session is
             // shutting down while this client waits.
-            let state = match o.exit_status {
-                capsule_protocol::trace::ExitStatus::Ok => TaskState::Completed,
-                capsule_protocol::trace::ExitStatus::Canceled => TaskState::Canceled,
-                _ => TaskState::Failed,
-            };
-            let ok = state == TaskState::Completed;
-            let r = TaskRecord {
-                id: o.task_id,
-                context_id: o.context_id,
-                state,
-                message: if ok { "completed".into() } else { o.message.clone() },
-                response: ok.then_some(o.message),
-            };
+            let r = record_of(o);
             json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&r)))
         }
         Err(_) => json_response(
@@ -163,6 +125,23 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
                 "the agent loop stopped before the task ended (it restarted or the session closed)",
             ),
         ),
+    }
+}
+
+/// A task's record as its outcome tells it (`completed` carries the response).
+pub(crate) fn record_of(o: crate::agent_loop::TaskOutcome) -> TaskRecord {
+    let state = match o.exit_status {
+        capsule_protocol::trace::ExitStatus::Ok => TaskState::Completed,
+        capsule_protocol::trace::ExitStatus::Canceled => TaskState::Canceled,
+        _ => TaskState::Failed,
+    };
+    let ok = state == TaskState::Completed;
+    TaskRecord {
+        id: o.task_id,
+        context_id: o.context_id,
+        state,
+        message: if ok { "completed".into() } else { o.message.clone() },
+        response: ok.then_some(o.message),
     }
 }
 

@@ -4,14 +4,15 @@
 //! - `GET /.well-known/agent-card.json`: who this capsule is.
 //! - `POST /`: JSON-RPC 2.0 — `message/send`, `message/stream`, `stream/watch`, `tasks/get`,
 //!   `tasks/cancel`. A body that is not JSON-RPC gets the JSON-RPC error code for what is wrong.
+//! - `POST /a2a`: the A2A protocol (v1.0 and v0.3 JSON-RPC), see [`crate::a2a`].
 //!
 //! SSE frames are written exactly as `id:`, `event:`, one-line `data:`, blank line, with a
 //! `:heartbeat` comment every [`HEARTBEAT`]. A reader that does not read never stalls the
 //! others: each connection has its own bounded queue at the emitter.
 
-mod methods;
-mod rpc;
-mod sse;
+pub(crate) mod methods;
+pub(crate) mod rpc;
+pub(crate) mod sse;
 
 use axum::Router;
 use axum::routing::{any, get, post};
@@ -28,12 +29,18 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// The router, without a socket (tests drive it directly).
 pub fn app(session: Arc<Session>) -> Router {
     let guarded = session.clone();
+    let guarded_a2a = session.clone();
     Router::new()
         .route("/.well-known/agent-card.json", get(methods::agent_card))
         .route(
             "/",
             post(methods::rpc)
                 .layer(axum::middleware::from_fn(move |req, next| require_token(guarded.clone(), req, next))),
+        )
+        .route(
+            "/a2a",
+            post(crate::a2a::handle)
+                .layer(axum::middleware::from_fn(move |req, next| require_token(guarded_a2a.clone(), req, next))),
         )
         .route("/control", any(crate::control::handle))
         .route("/control/{*rest}", any(crate::control::handle))

@@ -17,9 +17,55 @@ pub mod code {
     pub const INTERNAL: i64 = -32603;
     /// The task id is unknown.
     pub const TASK_NOT_FOUND: i64 = -32001;
+    /// The task has ended and cannot be canceled (A2A `TaskNotCancelableError`).
+    pub const TASK_NOT_CANCELABLE: i64 = -32002;
+    /// Push notifications are not offered (A2A `PushNotificationNotSupportedError`).
+    pub const PUSH_NOT_SUPPORTED: i64 = -32003;
+    /// The operation is not supported in this case (A2A `UnsupportedOperationError`).
+    pub const UNSUPPORTED_OPERATION: i64 = -32004;
+    /// No part of the message is of a type the agent takes (A2A `ContentTypeNotSupportedError`).
+    pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+    /// There is no extended agent card (A2A `ExtendedAgentCardNotConfiguredError`).
+    pub const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
     /// No door token, or not this session's (answered with HTTP 401; outside the codes A2A
     /// names for its own errors).
     pub const UNAUTHORIZED: i64 = -32010;
+}
+
+/// Read a JSON-RPC 2.0 request from a POST's headers and body, or the error answer (HTTP
+/// status and envelope) for what is wrong with it: the content type, an empty body, a body
+/// that is not JSON, or JSON that is not a request.
+pub fn envelope(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Request, (axum::http::StatusCode, Value)> {
+    use axum::http::StatusCode;
+    let null = Value::Null;
+    let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !ct.to_ascii_lowercase().starts_with("application/json") {
+        let msg = if ct.is_empty() {
+            "the request has no content type; send JSON-RPC 2.0 with `Content-Type: application/json`".to_string()
+        } else {
+            format!("content type `{ct}` is not application/json; send JSON-RPC 2.0 as JSON")
+        };
+        return Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, err(&null, code::INVALID_REQUEST, msg)));
+    }
+    if body.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            err(&null, code::PARSE_ERROR, "the body is empty; send a JSON-RPC 2.0 request object"),
+        ));
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, err(&null, code::PARSE_ERROR, format!("the body is not JSON: {e}"))))?;
+    let id = v.get("id").cloned().unwrap_or(Value::Null);
+    let req: Request = serde_json::from_value(v).map_err(|e| {
+        (StatusCode::BAD_REQUEST, err(&id, code::INVALID_REQUEST, format!("not a JSON-RPC 2.0 request: {e}")))
+    })?;
+    if req.jsonrpc != "2.0" {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            err(&id, code::INVALID_REQUEST, format!("jsonrpc is `{}`; it must be \"2.0\"", req.jsonrpc)),
+        ));
+    }
+    Ok(req)
 }
 
 /// A request.
