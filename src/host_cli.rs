@@ -32,6 +32,10 @@ pub struct HostArgs {
     /// `config`, else $CAPSULE_CONFIG, else ~/.config/capsule-runtime/host.yaml when it exists].
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Where to write the host API's token (0600, new at each start, removed at a graceful
+    /// stop) [default: capsule-work/host-<pid>.api-token].
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
 }
 
 /// The plan for a folder (its capsule subfolders) or a host file.
@@ -76,12 +80,12 @@ async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, Str
     })
 }
 
-fn print_ready(json: bool, url: &str, entries: &[CapsuleEntry]) {
+fn print_ready(json: bool, url: &str, token_file: &Path, entries: &[CapsuleEntry]) {
     if json {
-        println!("{}", serde_json::json!({"type": "ready", "url": url, "capsules": entries}));
+        println!("{}", serde_json::json!({"type": "ready", "url": url, "token_file": token_file, "capsules": entries}));
         return;
     }
-    eprintln!("host {url} · {} capsules", entries.len());
+    eprintln!("host {url} · {} capsules · API token in {}", entries.len(), token_file.display());
     for e in entries {
         let state = serde_json::to_value(e.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let detail = e.url.clone().or_else(|| e.error.clone()).unwrap_or_default();
@@ -118,7 +122,30 @@ pub async fn host(args: HostArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let api = match api::serve(handle.clone(), addr).await {
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("capsule-work").join(format!("host-{}.api-token", std::process::id())));
+    let key = match token_file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| capsule_actors::control::TokenKey::mint(&token_file))
+    {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!(
+                "error: {code}: cannot write the host API token to {}: {e} (fix: pass a writable --token-file)",
+                token_file.display(),
+                code = Code::SessionIo
+            );
+            let _ = handle.shutdown().await;
+            return ExitCode::from(2);
+        }
+    };
+    // The ready line names it absolutely, so a client in another directory finds it.
+    let token_file = std::path::absolute(&token_file).unwrap_or(token_file);
+    let api = match api::serve(handle.clone(), addr, key).await {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {}", chain(&e));
@@ -131,7 +158,7 @@ pub async fn host(args: HostArgs) -> ExitCode {
         _ = &mut stop => None,
     };
     if let Some(entries) = settled {
-        print_ready(args.json, &api.url(), &entries.unwrap_or_default());
+        print_ready(args.json, &api.url(), &token_file, &entries.unwrap_or_default());
         (&mut stop).await;
     }
     let code = match handle.shutdown().await {
@@ -147,5 +174,6 @@ pub async fn host(args: HostArgs) -> ExitCode {
         }
     };
     api.close();
+    let _ = std::fs::remove_file(&token_file);
     code
 }

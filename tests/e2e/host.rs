@@ -105,7 +105,28 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
     assert_eq!(ready["type"], "ready");
     assert_eq!(ready["capsules"].as_array().expect("capsules").len(), 2, "{ready}");
     let api = ready["url"].as_str().expect("url").to_string();
-    let c = reqwest::Client::new();
+    // The host API's token: in a 0600 file the ready line names (by default under the working
+    // directory's capsule-work/), required on every request, reads included.
+    let token_file = PathBuf::from(ready["token_file"].as_str().expect("token_file"));
+    assert!(token_file.starts_with(root.path().join("capsule-work")), "{}", token_file.display());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&token_file).expect("token file").permissions().mode() & 0o777, 0o600);
+    }
+    let token = std::fs::read_to_string(&token_file).expect("token");
+    for (what, bearer) in [("no token", None), ("a wrong token", Some("not-the-token"))] {
+        let mut r = reqwest::Client::new().post(format!("{api}/capsules/alpha/stop")).json(&json!({}));
+        if let Some(b) = bearer {
+            r = r.bearer_auth(b);
+        }
+        let r = r.send().await.expect("answer");
+        assert_eq!(r.status().as_u16(), 401, "{what}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer", "{what}");
+        let listed = reqwest::get(format!("{api}/capsules")).await.expect("list");
+        assert_eq!(listed.status().as_u16(), 401, "a read without the token is refused too");
+    }
+    let c = authed(&token);
 
     let list: Vec<Value> = c.get(format!("{api}/capsules")).send().await.expect("list").json().await.expect("json");
     let names: Vec<&str> = list.iter().map(|e| e["name"].as_str().unwrap_or("")).collect();
@@ -139,7 +160,7 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
 
     // What a web page could send is refused, and the capsule is untouched: a form POST from a
     // foreign origin, a plain-text POST, and a rebinding host name.
-    let before: Value = reqwest::get(format!("{api}/capsules/beta")).await.expect("get").json().await.expect("json");
+    let before: Value = c.get(format!("{api}/capsules/beta")).send().await.expect("get").json().await.expect("json");
     let form = c
         .post(format!("{api}/capsules/beta/stop"))
         .header("origin", "https://evil.example")
@@ -159,7 +180,7 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
         .await
         .expect("rebound");
     assert_eq!(rebound.status().as_u16(), 403);
-    let after: Value = reqwest::get(format!("{api}/capsules/beta")).await.expect("get").json().await.expect("json");
+    let after: Value = c.get(format!("{api}/capsules/beta")).send().await.expect("get").json().await.expect("json");
     assert_eq!((&after["state"], &after["session_id"]), (&before["state"], &before["session_id"]), "beta untouched");
 
     // A task still running at SIGTERM gets its final status (`canceled`), then the host exits 0.
@@ -203,6 +224,25 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
     }
     let canceled = beta[0].iter().any(|e| e["event_type"] == "task_end" && e["exit_status"] == "canceled");
     assert!(canceled, "the running task got a final status: {:?}", beta[0]);
+    assert!(!token_file.exists(), "a graceful stop removes the API token file");
+}
+
+/// A client that sends the host API token on every request.
+fn authed(token: &str) -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse().expect("header"));
+    reqwest::Client::builder().default_headers(h).build().expect("client")
+}
+
+/// Serve the host API in-process with a fresh token; the client sends it.
+async fn api_with_token(host: &HostHandle) -> (capsule_actors::host::api::HostApi, reqwest::Client, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("api.token");
+    let key = capsule_actors::control::TokenKey::mint(&file).expect("mint");
+    let api =
+        capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr"), key).await.expect("api");
+    let token = std::fs::read_to_string(&file).expect("token");
+    (api, authed(&token), dir)
 }
 
 /// Crash `session`'s gateway until its supervisor gives up (more than MAX_RESTARTS in
@@ -350,13 +390,13 @@ async fn a_capsule_refused_at_launch_is_failed_at_once_with_its_code_and_the_api
         Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
     let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
-    let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
+    let (api, c, _token_dir) = api_with_token(&host).await;
     wait_for(&host, "broken", "failed at once", |e| e.state == CapsuleState::Failed).await;
     // A cold component cache can leave `good` compiling well after `broken` gave up: wait on
     // its state, never on time.
     wait_for(&host, "good", "running", |e| e.state == CapsuleState::Running).await;
     let list: Vec<Value> =
-        reqwest::get(format!("{}/capsules", api.url())).await.expect("list").json().await.expect("json");
+        c.get(format!("{}/capsules", api.url())).send().await.expect("list").json().await.expect("json");
     assert_eq!(list[0]["state"], "running");
     assert_eq!(list[1]["state"], "failed");
     assert_eq!(list[1]["restarts"], 0, "a refusal is not retried: {}", list[1]);
@@ -364,9 +404,9 @@ async fn a_capsule_refused_at_launch_is_failed_at_once_with_its_code_and_the_api
     assert!(error.starts_with("E-MAN-001") && error.contains("refused at launch, so not retried"), "{}", list[1]);
     assert_eq!(list[1]["url"], Value::Null);
     let one: Value =
-        reqwest::get(format!("{}/capsules/good", api.url())).await.expect("get").json().await.expect("json");
+        c.get(format!("{}/capsules/good", api.url())).send().await.expect("get").json().await.expect("json");
     assert_eq!(one["state"], "running");
-    let stopped: Value = reqwest::Client::new()
+    let stopped: Value = c
         .post(format!("{}/capsules/good/stop", api.url()))
         .json(&json!({}))
         .send()
@@ -402,7 +442,7 @@ async fn a_capsule_whose_tool_exhausts_its_budgets_never_starves_its_neighbour_o
     );
     let b = anthropic_capsule(&stub_b.url(), &[], "");
     let host = start_alpha_and_beta(&a, &b).await;
-    let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("api");
+    let (api, c, _token_dir) = api_with_token(&host).await;
     let (alpha, beta) = (entry(&host, "alpha").await, entry(&host, "beta").await);
     let before = open_descriptors();
 
@@ -415,7 +455,7 @@ async fn a_capsule_whose_tool_exhausts_its_budgets_never_starves_its_neighbour_o
         let v = send(beta.url.as_deref().expect("beta door"), "ping").await;
         assert_eq!(v["result"]["status"]["response"], "pong", "beta failed while alpha's tool ran: {v}");
         let list: Vec<Value> =
-            reqwest::get(format!("{}/capsules", api.url())).await.expect("host API").json().await.expect("json");
+            c.get(format!("{}/capsules", api.url())).send().await.expect("host API").json().await.expect("json");
         assert_eq!(list.len(), 2);
         answered += 1;
     }

@@ -7,8 +7,11 @@
 //!   answers once the new session's door is open).
 //!
 //! A refusal is `{"error": "<reason>: <sentence>"}` with its status: 404 for an unknown capsule
-//! or action, 503 while shutting down or when the host does not answer. There is no
-//! authentication: the API listens on loopback only (the host file refuses another bind), and
+//! or action, 503 while shutting down or when the host does not answer, 401 (with
+//! `WWW-Authenticate: Bearer`) without the host's API token. Every request, reads included,
+//! needs `Authorization: Bearer <token>`: the token is minted at each host start into a `0600`
+//! file (`capsule host` names it in its ready line) and compared by hash in constant time. The
+//! API listens on loopback only (the host file refuses another bind), and
 //! [`crate::local_origin`] refuses what a web page could send: a foreign `Host` or `Origin`,
 //! or a `POST` that is not `application/json` (send `{}`).
 
@@ -18,8 +21,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::{Action, HostError, HostHandle};
+use crate::control::TokenKey;
 use crate::door::DoorError;
 
 /// A refusal as the API writes it.
@@ -54,12 +59,30 @@ async fn act(State(host): State<HostHandle>, Path((name, action)): Path<(String,
     }
 }
 
-/// The router, without a socket (tests drive it directly).
-pub fn app(host: HostHandle) -> Router {
+/// Every request needs the host's API token; the answer to one without it says where it is.
+async fn require_token(key: Arc<TokenKey>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if presented.is_some_and(|t| key.verify(t)) {
+        return next.run(req).await;
+    }
+    let body = serde_json::json!({"error": "unauthorized: the host API requires `Authorization: Bearer <token>`; the token is in the file `capsule host` names as token_file in its ready line"});
+    let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    resp
+}
+
+/// The router, without a socket (tests drive it directly). `key` checks the API token.
+pub fn app(host: HostHandle, key: TokenKey) -> Router {
+    let key = Arc::new(key);
     Router::new()
         .route("/capsules", get(list))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
+        .layer(axum::middleware::from_fn(move |req, next| require_token(key.clone(), req, next)))
         .layer(axum::middleware::from_fn(|req, next| {
             crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true }, req, next)
         }))
@@ -85,12 +108,13 @@ impl HostApi {
     }
 }
 
-/// Bind `addr` (port 0 for an OS-chosen port) and serve the API until [`HostApi::close`].
-pub async fn serve(host: HostHandle, addr: SocketAddr) -> Result<HostApi, DoorError> {
+/// Bind `addr` (port 0 for an OS-chosen port) and serve the API until [`HostApi::close`];
+/// requests must carry the token `key` was minted with.
+pub async fn serve(host: HostHandle, addr: SocketAddr, key: TokenKey) -> Result<HostApi, DoorError> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DoorError { addr, source })?;
     let bound = listener.local_addr().map_err(|source| DoorError { addr, source })?;
     let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let router = app(host);
+    let router = app(host, key);
     tokio::spawn(async move {
         let stop = async move {
             while !*rx.borrow() {
