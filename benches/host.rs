@@ -59,6 +59,7 @@ fn shared(host: &Host) -> Shared {
         host_config: None,
         machine: None,
         bind: [127, 0, 0, 1].into(),
+        tls: None,
     }
 }
 

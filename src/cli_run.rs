@@ -4,6 +4,7 @@
 //! Exit codes: 0 ok; 1 the task ended otherwise (failed, max turns...); 2 the capsule was
 //! refused at launch (bad manifest, bad artifact, missing credential).
 
+use capsule_actors::door::DoorOptions;
 use capsule_actors::spend::machine::{MachineArgs, MachineMeter, MachineMsg};
 use capsule_actors::{EndpointOverride, LaunchOptions, Session, TaskOutcome};
 use capsule_protocol::Code;
@@ -54,9 +55,16 @@ pub struct RunArgs {
     /// else an OS-chosen port].
     #[arg(long)]
     pub port: Option<u16>,
-    /// The door's bind address.
+    /// The door's bind address. Beyond loopback the door needs TLS (--tls-cert, --tls-key)
+    /// and the manifest's `network.authentication: bearer`.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: std::net::IpAddr,
+    /// The door's TLS certificate chain (PEM); serves https.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The door's TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// The host config (credentials, spend.machine_tokens_per_day) [default: $CAPSULE_CONFIG,
     /// else ~/.config/capsule-runtime/host.yaml when it exists].
     #[arg(long)]
@@ -190,21 +198,28 @@ fn capsule_name(path: &std::path::Path) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capsule".into())
 }
 
-/// The door has no authentication yet, so it serves on loopback only: anything else is
-/// refused before a session starts.
-pub fn loopback_bind(bind: std::net::IpAddr) -> Result<(), String> {
-    if bind.is_loopback() {
+/// A door beyond loopback needs TLS: without it the bind is refused before a session starts.
+/// (Its other need, the door token, is checked when the door opens: the manifest says.)
+pub fn loopback_bind(bind: std::net::IpAddr, tls: bool) -> Result<(), String> {
+    if bind.is_loopback() || tls {
         return Ok(());
     }
     Err(format!(
-        "{code} at --bind: `{bind}` is not a loopback address; the door has no authentication, so anyone who can reach {bind} could submit tasks, read every frame and cancel work (fix: use 127.0.0.1 or ::1, and reach the door through an authenticating proxy or an SSH tunnel)",
+        "{code} at --bind: `{bind}` is not a loopback address, and a door there needs TLS and its token: otherwise anyone who can reach {bind} could submit tasks, read every frame and cancel work (fix: use 127.0.0.1 or ::1, or pass --tls-cert and --tls-key and set `network: {{authentication: bearer}}` in the manifest)",
         code = Code::DoorBind
     ))
 }
 
+/// The door's TLS acceptor, when --tls-cert and --tls-key are given.
+fn door_tls(args: &RunArgs) -> Result<Option<capsule_actors::tls::TlsAcceptor>, String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
+    let files = capsule_actors::tls::TlsFiles { cert: cert.clone(), key: key.clone() };
+    capsule_actors::tls::acceptor(&files).map(Some).map_err(|e| chain(&e))
+}
+
 /// Run one task; the process exit code follows the task's exit status.
 pub async fn run(args: RunArgs) -> ExitCode {
-    if let Err(message) = loopback_bind(args.bind) {
+    if let Err(message) = loopback_bind(args.bind, args.tls_cert.is_some()) {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }
@@ -280,6 +295,13 @@ pub async fn run_with(
     env: std::collections::HashMap<String, String>,
 ) -> ExitCode {
     let mut stop = Stop::install();
+    let tls = match door_tls(&args) {
+        Ok(t) => t,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let capsule = match (&args.capsule, &args.resume) {
         (Some(c), _) => c.clone(),
         (None, Some(dir)) if recorded_start(dir).is_none() => {
@@ -344,7 +366,8 @@ pub async fn run_with(
         }
     };
     let port = args.port.or(session.manifest.network.internal_port).unwrap_or(0);
-    let door = match capsule_actors::door::serve(session.clone(), std::net::SocketAddr::new(args.bind, port)).await {
+    let addr = std::net::SocketAddr::new(args.bind, port);
+    let door = match capsule_actors::door::serve_with(session.clone(), addr, DoorOptions { tls }).await {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {}", chain(&e));
@@ -445,12 +468,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_door_binds_only_to_loopback() {
-        assert!(loopback_bind("127.0.0.1".parse().expect("ip")).is_ok());
-        assert!(loopback_bind("::1".parse().expect("ip")).is_ok());
+    fn the_door_binds_beyond_loopback_only_with_tls() {
+        assert!(loopback_bind("127.0.0.1".parse().expect("ip"), false).is_ok());
+        assert!(loopback_bind("::1".parse().expect("ip"), false).is_ok());
         for ip in ["0.0.0.0", "::", "192.0.2.1"] {
-            let e = loopback_bind(ip.parse().expect("ip")).expect_err("refused");
+            let e = loopback_bind(ip.parse().expect("ip"), false).expect_err("refused");
             assert!(e.starts_with("E-RUN-061"), "{e}");
+            assert!(loopback_bind(ip.parse().expect("ip"), true).is_ok(), "{ip} with TLS");
         }
     }
 }

@@ -87,6 +87,8 @@ pub async fn demo(args: DemoArgs) -> ExitCode {
         port: None,
         bind: std::net::Ipv4Addr::LOCALHOST.into(),
         config: None,
+        tls_cert: None,
+        tls_key: None,
     };
     let code = run_with(host, run, Some(EndpointOverride { endpoint: stub.url(), keyless: false }), env).await;
     stub.shutdown();

@@ -70,6 +70,13 @@ fn plan(target: &Path) -> Result<HostPlan, String> {
 async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, String> {
     let (config, path) = load_host_config(config.or(plan.config.as_ref()))?;
     let machine = machine_meter(&config).await?;
+    let tls = match &plan.tls {
+        None => None,
+        Some((cert, key)) => {
+            let files = capsule_actors::tls::TlsFiles { cert: cert.clone(), key: key.clone() };
+            Some(capsule_actors::tls::acceptor(&files).map_err(|e| chain(&e))?)
+        }
+    };
     let host = Host::new(HostOptions { cache_dir: default_cache_dir() }).map_err(|e| chain(&e))?;
     Ok(Shared {
         host,
@@ -77,6 +84,7 @@ async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, Str
         host_config: path.map(|p| (config, p)),
         machine,
         bind: plan.bind,
+        tls,
     })
 }
 
@@ -115,6 +123,7 @@ pub async fn host(args: HostArgs) -> ExitCode {
     let stop = signals.wait();
     tokio::pin!(stop);
     let addr = std::net::SocketAddr::new(plan.bind, args.port.unwrap_or(plan.port));
+    let tls = shared.tls.clone();
     let handle = match HostHandle::start(plan.capsules, shared, RestartPolicy::default()).await {
         Ok(h) => h,
         Err(e) => {
@@ -145,7 +154,7 @@ pub async fn host(args: HostArgs) -> ExitCode {
     };
     // The ready line names it absolutely, so a client in another directory finds it.
     let token_file = std::path::absolute(&token_file).unwrap_or(token_file);
-    let api = match api::serve(handle.clone(), addr, key).await {
+    let api = match api::serve(handle.clone(), addr, key, tls).await {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {}", chain(&e));

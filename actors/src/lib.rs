@@ -43,6 +43,7 @@ pub mod names;
 pub mod peer;
 pub mod session;
 pub mod spend;
+pub mod tls;
 
 /// A session and launching it.
 pub use error::{InferenceError, JournalError, LaunchError};

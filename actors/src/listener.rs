@@ -7,6 +7,9 @@
 //! - At most [`MAX_CONNECTIONS`] connections are served at once per listener; one more is
 //!   accepted and closed at once (the client sees a reset, never a hang), and counted.
 //! - On stop, the listener closes and each connection finishes its request in flight.
+//! - With TLS, the handshake must also finish within [`HEADER_READ_TIMEOUT`]; a failed one
+//!   closes the connection. Each request carries a [`Secure`] extension saying whether it came
+//!   over TLS, so answers that name the server's URL use the right scheme.
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -40,6 +43,17 @@ impl Default for Limits {
     }
 }
 
+/// Whether a request arrived over TLS (`https`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Secure(pub bool);
+
+impl Secure {
+    /// `https` or `http`.
+    pub fn scheme(self) -> &'static str {
+        if self.0 { "https" } else { "http" }
+    }
+}
+
 /// Counters of one listener.
 #[derive(Debug, Default)]
 pub struct ListenerStats {
@@ -47,7 +61,8 @@ pub struct ListenerStats {
     pub refused: AtomicU64,
 }
 
-/// Serve `router` on `listener` until `stop` resolves. `what` names the listener in logs.
+/// Serve `router` on `listener` until `stop` resolves, over TLS when `tls` is given. `what`
+/// names the listener in logs.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -55,6 +70,7 @@ pub async fn serve(
     limits: Limits,
     stats: Arc<ListenerStats>,
     what: &'static str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (closing_tx, closing_rx) = watch::channel(false);
@@ -80,29 +96,48 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let service = TowerToHyperService::new(router.clone().layer(axum::Extension(ConnectInfo(peer))));
-        let mut closing = closing_rx.clone();
-
+        let service = TowerToHyperService::new(
+            router.clone().layer(axum::Extension(ConnectInfo(peer))).layer(axum::Extension(Secure(tls.is_some()))),
+        );
+        let closing = closing_rx.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-            let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
-            tokio::pin!(conn);
-            let closing = async move {
-                // The watch guard must not live across an await of the connection.
-                let _ = closing.wait_for(|c| *c).await.map(|_| ());
-            };
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = closing => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            match tls {
+                None => connection(stream, service, limits, closing).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => connection(s, service, limits, closing).await,
+                        Ok(Err(e)) => tracing::debug!(listener = what, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(listener = what, "TLS handshake timed out"),
+                    }
                 }
             }
             drop(permit);
         });
     }
     let _ = closing_tx.send(true);
+}
+
+/// Serve one connection until it ends, or finish its request in flight once `closing` is set.
+async fn connection<S>(io: S, service: TowerToHyperService<Router>, limits: Limits, mut closing: watch::Receiver<bool>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
+    tokio::pin!(conn);
+    let closing = async move {
+        // The watch guard must not live across an await of the connection.
+        let _ = closing.wait_for(|c| *c).await.map(|_| ());
+    };
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = closing => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +179,7 @@ mod tests {
             limits,
             stats.clone(),
             "test",
+            None,
         ));
         // Eight clients trickle half a request head and stall.
         let mut slow = Vec::new();

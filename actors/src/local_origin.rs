@@ -8,6 +8,9 @@
 //!   refused (`403 cross_origin`).
 //! - With [`Guard::json_posts`], a `POST` must say `Content-Type: application/json`, which a
 //!   browser cannot send cross-site without a preflight that is never granted (`415`).
+//! - A [`Guard::public`] listener (off loopback, so behind TLS and a required token) checks
+//!   neither `Host` nor `Origin`: its clients use its public name, and a page that cannot read
+//!   the token cannot act.
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -19,6 +22,8 @@ use axum::response::{IntoResponse, Response};
 pub struct Guard {
     /// Require `Content-Type: application/json` on `POST`.
     pub json_posts: bool,
+    /// The listener is off loopback (TLS and a token required): any `Host` and `Origin`.
+    pub public: bool,
 }
 
 /// Whether `host` (a `Host` header value or an origin's host, with or without a port) is a
@@ -41,6 +46,9 @@ fn refuse(status: StatusCode, reason: &str, sentence: String) -> Response {
 
 /// Check a request's headers; `Err` is the refusal to send.
 pub fn check(guard: Guard, method: &Method, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    if guard.public {
+        return json_post(guard, method, headers);
+    }
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or_default();
         if !loopback_host(host) {
@@ -66,6 +74,10 @@ pub fn check(guard: Guard, method: &Method, headers: &HeaderMap) -> Result<(), B
             )));
         }
     }
+    json_post(guard, method, headers)
+}
+
+fn json_post(guard: Guard, method: &Method, headers: &HeaderMap) -> Result<(), Box<Response>> {
     if guard.json_posts && method == Method::POST {
         let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if !ct.to_ascii_lowercase().starts_with("application/json") {
@@ -111,7 +123,7 @@ mod tests {
 
     #[test]
     fn a_cross_site_form_post_and_a_rebinding_host_are_refused() {
-        let g = Guard { json_posts: true };
+        let g = Guard { json_posts: true, public: false };
         let form = headers(&[
             ("host", "127.0.0.1:4000"),
             ("origin", "https://evil.example"),

@@ -69,6 +69,8 @@ pub enum Code {
     JournalUnavailable,
     /// `--resume` was given a folder that is not a session, or a session with nothing to resume.
     NotASession,
+    /// The TLS certificate or key of a door or the host API cannot be used.
+    TlsRefused,
     /// The door cannot listen on its address (port taken, address not local, not allowed).
     DoorBind,
     /// A session file or folder is not one the host made: a symlink, a hard link, another
@@ -128,6 +130,7 @@ impl Code {
             Code::JournalDamaged => "E-RUN-063",
             Code::JournalUnavailable => "E-RUN-064",
             Code::NotASession => "E-RUN-065",
+            Code::TlsRefused => "E-RUN-066",
             Code::MaxTurns => "E-RUN-070",
             Code::ToolInterrupted => "E-RUN-090",
             Code::AlternateUnavailable => "W-RUN-003",

@@ -10,15 +10,18 @@
 //!     path: ./agents/writer/murmur.yaml
 //!     workdir: /var/lib/capsule/writer   # default: capsule-work/<name> (current directory)
 //!     port: 8701                    # the door's port; default: an OS-chosen port
-//! bind: 127.0.0.1                   # doors and host API; loopback only (default 127.0.0.1)
+//! bind: 127.0.0.1                   # doors and host API (default 127.0.0.1); another
+//!                                   # address needs `tls` and door tokens
 //! port: 8700                        # the host API's port; default: an OS-chosen port
 //! config: ./host-config.yaml        # the host config (credentials, machine spend ceiling)
+//! tls: {cert: ./cert.pem, key: ./key.pem}   # TLS for the host API and every door
 //! ```
 //!
-//! Relative paths (`path`, `workdir`, `config`) resolve against the host file's folder. Unknown
+//! Relative paths (`path`, `workdir`, `config`, `tls`) resolve against the host file's folder. Unknown
 //! keys are refused like the manifest's. Guarantees of a [`HostPlan`]: at least one capsule, every
 //! name unique and URL-safe, no fixed port used twice (doors and the host API together), a
-//! loopback bind address. Deliberately not checked here: whether the paths exist (the capsule's
+//! loopback bind address unless `tls` is set (each capsule's door must then require its token,
+//! which its launch checks). Deliberately not checked here: whether the paths exist (the capsule's
 //! launch refuses a missing manifest with its own code, and the host reports it per capsule).
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +46,19 @@ pub struct HostFile {
     /// The host config file (credentials, `spend.machine_tokens_per_day`).
     #[serde(default)]
     pub config: Option<String>,
+    /// TLS for the host API and every door.
+    #[serde(default)]
+    pub tls: Option<TlsEntry>,
+}
+
+/// `tls:` as written: PEM files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsEntry {
+    /// The certificate chain, leaf first.
+    pub cert: String,
+    /// The private key.
+    pub key: String,
 }
 
 /// One `capsules[]` entry as written.
@@ -73,6 +89,8 @@ pub struct HostPlan {
     pub port: u16,
     /// The host config file, when the host file names one.
     pub config: Option<PathBuf>,
+    /// TLS certificate and key files, resolved.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// One capsule of a [`HostPlan`].
@@ -126,7 +144,7 @@ pub fn parse(text: &str, origin: &str) -> Result<HostFile, Diagnostics> {
         let inner = e.into_inner().to_string();
         let at = if path == "." { origin.to_string() } else { format!("{origin}: {path}") };
         let d = if inner.starts_with("unknown field ") {
-            Diagnostic::new(Code::ManifestUnknownKey, at, inner, "use only `capsules` (name, path, workdir, port), `bind`, `port` and `config`; unknown keys are never ignored")
+            Diagnostic::new(Code::ManifestUnknownKey, at, inner, "use only `capsules` (name, path, workdir, port), `bind`, `port`, `config` and `tls` (cert, key); unknown keys are never ignored")
         } else {
             Diagnostic::new(Code::ManifestShape, at, inner, "give the key the type docs/host.md names")
         };
@@ -154,12 +172,12 @@ impl HostFile {
     pub fn plan(&self, base: &Path, origin: &str) -> Result<HostPlan, Diagnostics> {
         let mut found = Vec::new();
         let bind = self.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        if !bind.is_loopback() {
+        if !bind.is_loopback() && self.tls.is_none() {
             found.push(Diagnostic::new(
                 Code::ManifestInvalid,
                 format!("{origin}: bind"),
-                format!("`{bind}` is not a loopback address; the host API has no authentication and the doors serve on loopback"),
-                "remove `bind` or use 127.0.0.1 / ::1",
+                format!("`{bind}` is not a loopback address, and the host API and doors serve beyond loopback only over TLS"),
+                "remove `bind` (or use 127.0.0.1 / ::1), or add `tls: {cert: …, key: …}` and `network.authentication: bearer` in each capsule",
             ));
         }
         if self.capsules.is_empty() {
@@ -204,7 +222,8 @@ impl HostFile {
         if found.iter().any(|d| d.severity() == crate::Severity::Error) {
             return Err(Diagnostics(found));
         }
-        Ok(HostPlan { capsules, bind, port, config: self.config.as_deref().map(|c| resolve(base, c)) })
+        let tls = self.tls.as_ref().map(|t| (resolve(base, &t.cert), resolve(base, &t.key)));
+        Ok(HostPlan { capsules, bind, port, config: self.config.as_deref().map(|c| resolve(base, c)), tls })
     }
 }
 
@@ -232,7 +251,7 @@ pub fn plan_folders(dir: &Path, folders: &[String]) -> Result<HostPlan, Diagnost
     if !found.is_empty() {
         return Err(Diagnostics(found));
     }
-    Ok(HostPlan { capsules, bind: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 0, config: None })
+    Ok(HostPlan { capsules, bind: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 0, config: None, tls: None })
 }
 
 /// Names valid and unique; fixed ports unique across the doors and the host API.
@@ -336,5 +355,15 @@ mod tests {
         assert_eq!(p.capsules[0].manifest, PathBuf::from("/srv/caps/a"));
         assert_eq!(plan_folders(Path::new("/srv/caps"), &[]).expect_err("none").0[0].code, Code::ManifestMissing);
         assert!(plan_folders(Path::new("/srv/caps"), &["has space".into()]).is_err());
+    }
+
+    #[test]
+    fn a_public_bind_is_planned_only_with_tls_and_its_files_resolve_against_the_host_file() {
+        let p = plan("bind: 0.0.0.0\ntls: {cert: certs/c.pem, key: /abs/k.pem}\ncapsules:\n  - {path: a}\n")
+            .expect("planned");
+        assert_eq!(p.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(p.tls, Some((PathBuf::from("/srv/hosts/certs/c.pem"), PathBuf::from("/abs/k.pem"))));
+        let err = parse("tls: {cert: c.pem}\ncapsules: []\n", "host.yaml").expect_err("key missing");
+        assert_eq!(err.0[0].code, Code::ManifestShape, "{err:?}");
     }
 }

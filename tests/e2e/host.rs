@@ -239,8 +239,9 @@ async fn api_with_token(host: &HostHandle) -> (capsule_actors::host::api::HostAp
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("api.token");
     let key = capsule_actors::control::TokenKey::mint(&file).expect("mint");
-    let api =
-        capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr"), key).await.expect("api");
+    let api = capsule_actors::host::api::serve(host.clone(), "127.0.0.1:0".parse().expect("addr"), key, None)
+        .await
+        .expect("api");
     let token = std::fs::read_to_string(&file).expect("token");
     (api, authed(&token), dir)
 }
@@ -289,8 +290,14 @@ async fn start_alpha_and_beta(a: &Capsule, b: &Capsule) -> HostHandle {
         workdir: cap.workdir.clone(),
         port: 0,
     };
-    let shared =
-        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let shared = Shared {
+        host: host(),
+        env: Default::default(),
+        host_config: None,
+        machine: None,
+        bind: [127, 0, 0, 1].into(),
+        tls: None,
+    };
     let host = HostHandle::start(vec![planned("alpha", a), planned("beta", b)], shared, RestartPolicy::default())
         .await
         .expect("host starts");
@@ -386,8 +393,14 @@ async fn a_capsule_refused_at_launch_is_failed_at_once_with_its_code_and_the_api
             port: 0,
         },
     ];
-    let shared =
-        Shared { host: host(), env: Default::default(), host_config: None, machine: None, bind: [127, 0, 0, 1].into() };
+    let shared = Shared {
+        host: host(),
+        env: Default::default(),
+        host_config: None,
+        machine: None,
+        bind: [127, 0, 0, 1].into(),
+        tls: None,
+    };
     let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
     let (api, c, _token_dir) = api_with_token(&host).await;

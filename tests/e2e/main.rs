@@ -21,4 +21,5 @@ mod python;
 mod resume;
 mod spend;
 mod supervision;
+mod tls;
 mod watch;

@@ -25,9 +25,14 @@ fn task_json(r: &TaskRecord) -> Value {
 }
 
 /// `GET /.well-known/agent-card.json`.
-pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Response {
+pub async fn agent_card(
+    State(s): State<Arc<Session>>,
+    secure: Option<axum::Extension<crate::listener::Secure>>,
+    headers: HeaderMap,
+) -> Response {
     let m = &s.manifest;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    let scheme = secure.map_or("http", |axum::Extension(s)| s.scheme());
     let skills: Vec<Value> = m
         .artifacts
         .iter()
@@ -37,7 +42,7 @@ pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Re
     // The A2A endpoint, advertised for v1.0 clients (`supportedInterfaces`) and v0.3 clients
     // (`url`, `preferredTransport`, `protocolVersion`, `additionalInterfaces`). The host is the
     // one the client used (the local-origin guard has already refused a foreign one).
-    let a2a = format!("http://{host}/a2a");
+    let a2a = format!("{scheme}://{host}/a2a");
     let mut card = json!({
         "name": m.name, "version": m.version,
         "description": format!("Murmur capsule `{}` served by capsule-runtime", m.name),
@@ -47,7 +52,7 @@ pub async fn agent_card(State(s): State<Arc<Session>>, headers: HeaderMap) -> Re
         ],
         "url": a2a, "preferredTransport": "JSONRPC", "protocolVersion": "0.3.0",
         "additionalInterfaces": [{"url": a2a, "transport": "JSONRPC"}],
-        "murmurDoorUrl": format!("http://{host}/"),
+        "murmurDoorUrl": format!("{scheme}://{host}/"),
         "capabilities": {"streaming": true, "pushNotifications": false},
         "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
         "skills": skills, "session_id": s.session_id,

@@ -28,6 +28,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// The router, without a socket (tests drive it directly).
 pub fn app(session: Arc<Session>) -> Router {
+    app_with(session, false)
+}
+
+/// The router; a `public` door (off loopback) does not check `Host` and `Origin`.
+pub fn app_with(session: Arc<Session>, public: bool) -> Router {
     let guarded = session.clone();
     let guarded_a2a = session.clone();
     Router::new()
@@ -44,8 +49,8 @@ pub fn app(session: Arc<Session>) -> Router {
         )
         .route("/control", any(crate::control::handle))
         .route("/control/{*rest}", any(crate::control::handle))
-        .layer(axum::middleware::from_fn(|req, next| {
-            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: false }, req, next)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: false, public }, req, next)
         }))
         .with_state(session)
 }
@@ -79,28 +84,67 @@ async fn require_token(
     resp
 }
 
-/// Why the door could not open.
+/// Why a door (or the host API) could not open.
 #[derive(Debug, thiserror::Error)]
-#[error("{code}: cannot listen on {addr}; choose another --port or --bind", code = Code::DoorBind)]
-pub struct DoorError {
-    /// The address.
-    pub addr: SocketAddr,
-    /// The OS error.
-    #[source]
-    pub source: std::io::Error,
+pub enum DoorError {
+    /// The OS refused the address.
+    #[error("{code}: cannot listen on {addr}; choose another --port or --bind", code = Code::DoorBind)]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Off loopback without TLS, or a door without its token.
+    #[error(
+        "{code}: `{ip}` is not a loopback address, and a listener there needs {missing}: otherwise anyone who can reach it could submit tasks, read every frame and cancel work (fix: bind 127.0.0.1 or ::1, or configure {missing})",
+        code = Code::DoorBind, ip = addr.ip()
+    )]
+    Exposed {
+        /// The address.
+        addr: SocketAddr,
+        /// What it lacks.
+        missing: &'static str,
+    },
+}
+
+impl DoorError {
+    /// A listener refused off loopback for lack of `missing`.
+    pub fn exposed(addr: SocketAddr, missing: &'static str) -> DoorError {
+        DoorError::Exposed { addr, missing }
+    }
+
+    /// Whether the address is taken (a fixed port still held by a closing listener).
+    pub fn in_use(&self) -> bool {
+        matches!(self, DoorError::Bind { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse)
+    }
+
+    pub(crate) fn bind(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> DoorError {
+        move |source| DoorError::Bind { addr, source }
+    }
+}
+
+/// How a door serves besides its address.
+#[derive(Default, Clone)]
+pub struct DoorOptions {
+    /// TLS; required off loopback, together with `network.authentication: bearer`.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// A running door.
 pub struct Door {
     /// The bound address.
     pub addr: SocketAddr,
+    /// Served over TLS.
+    pub tls: bool,
     shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Door {
     /// The URL clients use.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", crate::listener::Secure(self.tls).scheme(), self.addr)
     }
 
     /// Stop accepting connections.
@@ -111,10 +155,20 @@ impl Door {
 
 /// Bind `addr` (port 0 for an OS-chosen port) and serve the door until [`Door::close`].
 pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, DoorError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DoorError { addr, source })?;
-    let bound = listener.local_addr().map_err(|source| DoorError { addr, source })?;
+    serve_with(session, addr, DoorOptions::default()).await
+}
+
+/// [`serve`] with options. Off loopback the door needs TLS and its token
+/// ([`crate::tls::exposure_allowed`]); without them the bind is refused before it is tried.
+pub async fn serve_with(session: Arc<Session>, addr: SocketAddr, opts: DoorOptions) -> Result<Door, DoorError> {
+    crate::tls::exposure_allowed(addr.ip(), opts.tls.is_some(), session.door_auth.is_some())
+        .map_err(|missing| DoorError::exposed(addr, missing))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(DoorError::bind(addr))?;
+    let bound = listener.local_addr().map_err(DoorError::bind(addr))?;
     let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let router = app(session);
+    let router = app_with(session, !addr.ip().is_loopback());
+    let tls = opts.tls;
+    let secure = tls.is_some();
     tokio::spawn(async move {
         let stop = async move {
             while !*rx.borrow() {
@@ -123,7 +177,7 @@ pub async fn serve(session: Arc<Session>, addr: SocketAddr) -> Result<Door, Door
                 }
             }
         };
-        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "door").await;
+        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "door", tls).await;
     });
-    Ok(Door { addr: bound, shutdown: tx })
+    Ok(Door { addr: bound, tls: secure, shutdown: tx })
 }

@@ -76,15 +76,15 @@ async fn require_token(key: Arc<TokenKey>, req: axum::extract::Request, next: ax
 }
 
 /// The router, without a socket (tests drive it directly). `key` checks the API token.
-pub fn app(host: HostHandle, key: TokenKey) -> Router {
+pub fn app(host: HostHandle, key: TokenKey, public: bool) -> Router {
     let key = Arc::new(key);
     Router::new()
         .route("/capsules", get(list))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
         .layer(axum::middleware::from_fn(move |req, next| require_token(key.clone(), req, next)))
-        .layer(axum::middleware::from_fn(|req, next| {
-            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true }, req, next)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true, public }, req, next)
         }))
         .with_state(host)
 }
@@ -93,13 +93,15 @@ pub fn app(host: HostHandle, key: TokenKey) -> Router {
 pub struct HostApi {
     /// The bound address.
     pub addr: SocketAddr,
+    /// Served over TLS.
+    pub tls: bool,
     shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl HostApi {
     /// The URL clients use.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", crate::listener::Secure(self.tls).scheme(), self.addr)
     }
 
     /// Stop accepting connections.
@@ -109,12 +111,21 @@ impl HostApi {
 }
 
 /// Bind `addr` (port 0 for an OS-chosen port) and serve the API until [`HostApi::close`];
-/// requests must carry the token `key` was minted with.
-pub async fn serve(host: HostHandle, addr: SocketAddr, key: TokenKey) -> Result<HostApi, DoorError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DoorError { addr, source })?;
-    let bound = listener.local_addr().map_err(|source| DoorError { addr, source })?;
+/// requests must carry the token `key` was minted with. Off loopback, `tls` is required
+/// ([`crate::tls::exposure_allowed`]); without it the bind is refused.
+pub async fn serve(
+    host: HostHandle,
+    addr: SocketAddr,
+    key: TokenKey,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<HostApi, DoorError> {
+    crate::tls::exposure_allowed(addr.ip(), tls.is_some(), true)
+        .map_err(|missing| DoorError::exposed(addr, missing))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(DoorError::bind(addr))?;
+    let bound = listener.local_addr().map_err(DoorError::bind(addr))?;
     let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let router = app(host, key);
+    let router = app(host, key, !addr.ip().is_loopback());
+    let secure = tls.is_some();
     tokio::spawn(async move {
         let stop = async move {
             while !*rx.borrow() {
@@ -123,7 +134,7 @@ pub async fn serve(host: HostHandle, addr: SocketAddr, key: TokenKey) -> Result<
                 }
             }
         };
-        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "host API").await;
+        crate::listener::serve(listener, router, stop, Default::default(), Default::default(), "host API", tls).await;
     });
-    Ok(HostApi { addr: bound, shutdown: tx })
+    Ok(HostApi { addr: bound, tls: secure, shutdown: tx })
 }

@@ -54,6 +54,8 @@ pub struct Shared {
     pub machine: Option<ractor::ActorRef<crate::spend::machine::MachineMsg>>,
     /// The address doors listen on.
     pub bind: IpAddr,
+    /// TLS for every door (required when `bind` is not loopback).
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// Where a capsule is in its life.

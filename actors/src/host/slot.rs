@@ -207,11 +207,13 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
             format!("{code}: session {} stopped as it started", session.session_id, code = Code::ActorCrashed).into()
         );
     }
-    let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port)).await {
+    let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port), shared.tls.clone()).await {
         Ok(d) => d,
         Err(e) => {
             session.shutdown().await;
-            return Err(chain(&e).into());
+            // A door refused off loopback (no token) is refused again on every retry.
+            let exposed = matches!(e, DoorError::Exposed { .. });
+            return Err(if exposed { NotOpened::Refused(chain(&e)) } else { NotOpened::Crashed(chain(&e)) });
         }
     };
     if let Err(e) = session.record_door(&door.url()) {
@@ -222,15 +224,15 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
 
 /// Open the door; a fixed port still held by the previous session's closing listener is
 /// retried for [`DOOR_REBIND`].
-async fn bind_door(session: Arc<Session>, addr: SocketAddr) -> Result<Door, DoorError> {
+async fn bind_door(
+    session: Arc<Session>,
+    addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<Door, DoorError> {
     let deadline = Instant::now() + DOOR_REBIND;
     loop {
-        match door::serve(session.clone(), addr).await {
-            Err(e)
-                if addr.port() != 0
-                    && e.source.kind() == std::io::ErrorKind::AddrInUse
-                    && Instant::now() < deadline =>
-            {
+        match door::serve_with(session.clone(), addr, door::DoorOptions { tls: tls.clone() }).await {
+            Err(e) if addr.port() != 0 && e.in_use() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             other => return other,
