@@ -34,6 +34,7 @@ CRATES=(
   guest-imports-unknown
   guest-no-run-export
   guest-escape
+  tool-ask
 )
 
 # Workspace crates that are plain Rust libraries (rlib) linked into the

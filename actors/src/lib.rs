@@ -51,7 +51,7 @@ pub use launch::{EndpointOverride, FILES_DIR, LaunchOptions, Prepared, prepare};
 pub use session::{Session, SessionError};
 
 /// Tasks as a submitter and `tasks/get` see them.
-pub use agent_loop::{Origin, TaskOutcome, TaskRecord};
+pub use agent_loop::{InputRefusal, Origin, TaskOutcome, TaskRecord};
 
 /// Resuming a stopped session.
 pub use agent_loop::{INTERRUPTED, ResumeSeed};

@@ -373,6 +373,16 @@ impl Session {
         Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::GetTask { id, reply }, wait::CONTROL).await?)
     }
 
+    /// Answer a task waiting for input (`input-required`): `None` for an unknown task.
+    pub async fn provide_input(
+        &self,
+        task_id: &str,
+        text: &str,
+    ) -> Result<Option<Result<TaskRecord, crate::agent_loop::InputRefusal>>, SessionError> {
+        let (task_id, text) = (task_id.to_string(), text.to_string());
+        Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::ProvideInput { task_id, text, reply }, wait::JOURNAL).await?)
+    }
+
     /// Every task of this session, newest first.
     pub async fn list_tasks(&self) -> Result<Vec<TaskRecord>, SessionError> {
         Ok(self.peer(role::LOOP).ask(LoopMsg::ListTasks, wait::CONTROL).await?)

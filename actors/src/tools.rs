@@ -2,7 +2,7 @@
 //! with only the tool's grants. A tool failure (failed status, trap, deadline, memory limit) is
 //! an error result for the model, never a crash of the session.
 
-use capsule_runtime::{Grants, Host, LoadedArtifact, NoEvents, ToolInput, ToolStatus};
+use capsule_runtime::{Grants, GuestEvents, Host, LoadedArtifact, ToolInput, ToolStatus};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ pub enum ToolsMsg {
         name: String,
         /// Input JSON text.
         input: String,
+        /// Where the tool's `request-input` goes (the task it runs for).
+        events: Arc<dyn GuestEvents>,
         /// Answer.
         reply: RpcReplyPort<ToolRunReply>,
     },
@@ -75,8 +77,8 @@ impl Actor for Tools {
         state: &mut ToolsArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolsMsg::Run { name, input, reply } => {
-                let r = run(state, &name, input).await;
+            ToolsMsg::Run { name, input, events, reply } => {
+                let r = run(state, &name, input, events).await;
                 let _ = reply.send(r);
             }
             ToolsMsg::InjectPanic => panic!("tools: injected panic (test hook)"),
@@ -85,7 +87,7 @@ impl Actor for Tools {
     }
 }
 
-async fn run(state: &ToolsArgs, name: &str, input: String) -> ToolRunReply {
+async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn GuestEvents>) -> ToolRunReply {
     let started = Instant::now();
     let Some(entry) = state.tools.get(name) else {
         return ToolRunReply {
@@ -96,10 +98,8 @@ async fn run(state: &ToolsArgs, name: &str, input: String) -> ToolRunReply {
             code: None,
         };
     };
-    let outcome = entry
-        .artifact
-        .call(&state.host, &entry.grants, Arc::new(NoEvents), ToolInput { data: Some(input), log_path: None })
-        .await;
+    let outcome =
+        entry.artifact.call(&state.host, &entry.grants, events, ToolInput { data: Some(input), log_path: None }).await;
     let duration_ms = started.elapsed().as_millis() as u64;
     match outcome.result {
         Ok(r) => {

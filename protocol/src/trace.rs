@@ -43,6 +43,10 @@ pub enum TraceKind {
     ControlRefused,
     /// A changed setting took effect on an inference call.
     ControlApplied,
+    /// A tool asked a person for input (`request-input`); the task waits (`input-required`).
+    InputRequired,
+    /// A client answered a task waiting for input; the tool goes on with the answer.
+    InputProvided,
 }
 
 impl TraceKind {
@@ -65,6 +69,8 @@ impl TraceKind {
             TraceKind::ControlChange => "control_change",
             TraceKind::ControlRefused => "control_refused",
             TraceKind::ControlApplied => "control_applied",
+            TraceKind::InputRequired => "input_required",
+            TraceKind::InputProvided => "input_provided",
         }
     }
 }

@@ -87,6 +87,25 @@ pub struct CallOutcome {
     pub unreachable: Option<(String, String)>,
 }
 
+/// `run`, or `Err` once it has used `deadline` of its own time (`own`: wall time minus time
+/// spent waiting for a person).
+async fn within_own_time<F: std::future::Future>(
+    run: F,
+    deadline: Duration,
+    own: &impl Fn() -> Duration,
+) -> Result<F::Output, ()> {
+    let mut run = std::pin::pin!(run);
+    loop {
+        let left = deadline.saturating_sub(own());
+        if left.is_zero() {
+            return Err(());
+        }
+        if let Ok(out) = tokio::time::timeout(left, run.as_mut()).await {
+            return Ok(out);
+        }
+    }
+}
+
 fn ticks(d: Duration) -> u64 {
     (d.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
@@ -136,6 +155,7 @@ impl LoadedArtifact {
             },
             limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
             events,
+            paused: Default::default(),
             role: grants.role,
             stderr: stderr.clone(),
             disk: CallDisk::new(grants.disk.clone(), l.disk_bytes),
@@ -164,8 +184,23 @@ impl LoadedArtifact {
         store.set_epoch_deadline(ticks(deadline));
         let wit_input = wit::ToolInput { data: input.data, log_path: input.log_path };
         let t1 = Instant::now();
+        // Time spent waiting for a person (`request-input`) is not the guest's: past the
+        // deadline, the guest goes on for whatever of its own time remains.
+        let paused = store.data().paused.clone();
+        let own = {
+            let paused = paused.clone();
+            move || t1.elapsed().saturating_sub(paused.total())
+        };
+        let own_epoch = own.clone();
+        store.epoch_deadline_callback(move |_| {
+            let used = own_epoch();
+            if used >= deadline {
+                return Err(Trap::Interrupt.into());
+            }
+            Ok(wasmtime::UpdateDeadline::Continue(ticks(deadline - used)))
+        });
         let run = instance.murmur_tool_run().call_run(&mut store, &wit_input);
-        let result = match tokio::time::timeout(deadline, run).await {
+        let result = match within_own_time(run, deadline, &own).await {
             Err(_elapsed) => Err(CallError::Deadline { artifact: self.name.clone(), seconds: deadline.as_secs_f64() }),
             Ok(Err(e)) => Err(self.classify(e, &store, deadline, false)),
             Ok(Ok(r)) if result_size(&r) > l.output_bytes => Err(CallError::HostLimit {

@@ -1,8 +1,44 @@
 //! Where a guest's live events go. The runtime calls these from inside a component call; they
 //! must return at once and never fail (CONTRACT §2), so implementations forward without
-//! waiting (a channel send or an actor cast).
+//! waiting (a channel send or an actor cast). `request-input` is the exception: it returns a
+//! future the guest waits on, and that wait is kept off the call's deadline ([`Paused`]).
 
-/// Receiver of `murmur:stream/events` and `murmur:text/chunks` calls.
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Time a call spent waiting for a person, kept off its deadline.
+#[derive(Debug, Default)]
+pub struct Paused {
+    inner: Mutex<(Duration, Option<Instant>)>,
+}
+
+impl Paused {
+    /// A wait begins.
+    pub fn start(&self) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.1 = Some(Instant::now());
+        }
+    }
+
+    /// The wait ended.
+    pub fn stop(&self) {
+        if let Ok(mut g) = self.inner.lock()
+            && let Some(since) = g.1.take()
+        {
+            g.0 += since.elapsed();
+        }
+    }
+
+    /// All time waited so far, the wait in progress included.
+    pub fn total(&self) -> Duration {
+        self.inner.lock().map(|g| g.0 + g.1.map_or(Duration::ZERO, |s| s.elapsed())).unwrap_or_default()
+    }
+}
+
+/// The answer to a guest's `request-input`, which the guest awaits.
+pub type InputAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
+/// Receiver of `murmur:stream/events` and `murmur:text/chunks` calls, and of `request-input`.
 pub trait GuestEvents: Send + Sync {
     /// `emit-chunk`.
     fn chunk(&self, text: String);
@@ -12,10 +48,12 @@ pub trait GuestEvents: Send + Sync {
     fn tool_call_started(&self, id: String, name: String);
     /// `tool-call-input-bytes`, cumulative (drivers only).
     fn tool_call_input_bytes(&self, id: String, bytes: u64);
-    /// `request-input` from a tool; the answer, or an error string when unsupported.
-    fn request_input(&self, prompt: String) -> String {
+    /// `request-input` from a tool: the answer, or an error string when no one can be asked.
+    /// The only call here that may wait: the time until it resolves does not count toward the
+    /// call's deadline.
+    fn request_input(&self, prompt: String) -> InputAnswer {
         let _ = prompt;
-        "error: this session cannot ask a person for input".to_string()
+        Box::pin(std::future::ready("error: this session cannot ask a person for input".to_string()))
     }
 }
 

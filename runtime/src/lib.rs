@@ -35,7 +35,7 @@ pub use cache::{CacheHit, ComponentCache};
 pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
 pub use engine::{EPOCH_TICK, Host, HostOptions};
 pub use error::{CallError, LoadError};
-pub use events::{GuestEvents, NoEvents};
+pub use events::{GuestEvents, InputAnswer, NoEvents, Paused};
 pub use grants::{ArtifactRole, Grants, Scope};
 pub use load::{ALLOWED_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT};
 pub use policy::{Credential, GatewayRoute, KeyStyle, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};

@@ -22,6 +22,7 @@ pub struct StoreState {
     pub(crate) hooks: Hooks,
     pub(crate) limiter: CallLimiter,
     pub(crate) events: Arc<dyn GuestEvents>,
+    pub(crate) paused: Arc<crate::events::Paused>,
     pub(crate) role: ArtifactRole,
     pub(crate) stderr: MemoryOutputPipe,
     pub(crate) disk: CallDisk,
@@ -73,6 +74,10 @@ impl murmur::text::chunks::Host for StoreState {
 
 impl murmur::task::task::Host for StoreState {
     async fn request_input(&mut self, prompt: String) -> String {
-        self.events.request_input(prompt)
+        let answer = self.events.request_input(prompt);
+        self.paused.start();
+        let text = answer.await;
+        self.paused.stop();
+        text
     }
 }

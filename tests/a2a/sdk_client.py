@@ -134,14 +134,28 @@ async def main(url, version, token, expired):
     report["cut"] = first
     report["resubscribed"] = await collect(streaming.subscribe(SubscribeToTaskRequest(id=first[0]["task"]["id"])))
 
-    # 7. unknown task.
+    # 7. input-required: a tool asks a person; the stream ends at input-required, and the next
+    # message on the same task answers it.
+    asking = await collect(streaming.send_message(message("ask me")))
+    report["asking"] = asking
+    waiting = asking[0]["task"]
+    answer = Message(
+        message_id="m-answer",
+        role=Role.ROLE_USER,
+        task_id=waiting["id"],
+        context_id=waiting["context_id"],
+        parts=[Part(text="main")],
+    )
+    report["answered"] = await collect(streaming.send_message(SendMessageRequest(message=answer)))
+
+    # 8. unknown task.
     try:
         await streaming.get_task(GetTaskRequest(id="tsk_unknown"))
         report["unknown"] = None
     except Exception as e:  # noqa: BLE001
         report["unknown"] = refusal(e)
 
-    # 8. tokens: missing, wrong, expired (a previous session's).
+    # 9. tokens: missing, wrong, expired (a previous session's).
     report["refused"] = {}
     for what, credential in [("missing", None), ("wrong", "not-the-token"), ("expired", expired)]:
         try:

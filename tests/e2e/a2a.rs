@@ -132,3 +132,69 @@ async fn the_card_advertises_the_a2a_path_at_the_host_the_client_used_in_both_ve
     assert_eq!(card["murmurDoorUrl"], format!("http://localhost:{port}/"));
     session.shutdown().await;
 }
+
+/// A tool that asks a person puts its task into `input-required`; the time the person takes is
+/// kept off the tool's deadline (1 s here, the answer comes after more than that); the answer
+/// on the same task reaches the tool, and both steps are in the trace before the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_answers_a_waiting_task_after_the_tools_deadline_and_the_tool_goes_on() {
+    let stub = stub(vec![Turn::tool_call("ask", json!({"prompt": "which branch?"})), Turn::text("going with main")]);
+    let cap = anthropic_capsule(
+        &stub.url(),
+        &[("ask", "{DIST}/tool-ask.wasm")],
+        "capabilities: {limits: {deadline_seconds: 1}}\n",
+    );
+    let session = std::sync::Arc::new(cap.launch().await.expect("launch"));
+    let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
+    let url = d.url();
+    let (_, asked) =
+        post(&url, call("SendMessage", json!({"message": {"role": "ROLE_USER", "parts": [{"text": "ask me"}]}}))).await;
+    let task = &asked["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "a blocking send answers at the question: {asked}"
+    );
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "which branch?");
+    let id = task["id"].as_str().expect("id").to_string();
+    let (_, got) = post(&url, call("tasks/get", json!({"id": id}))).await;
+    assert_eq!(got["result"]["status"]["state"], "input-required", "v0.3 spelling: {got}");
+
+    // Longer than the tool's whole deadline, deliberately: the wait is not the tool's time.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let answer = json!({"message": {"role": "ROLE_USER", "taskId": id, "parts": [{"text": "main"}]}});
+    let (_, done) = post(&url, call("SendMessage", answer.clone())).await;
+    assert_eq!(done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(done["result"]["task"]["status"]["message"]["parts"][0]["text"], "going with main");
+    let (_, again) = post(&url, call("SendMessage", answer)).await;
+    assert_eq!(again["error"]["code"], -32004, "an ended task takes no more answers: {again}");
+
+    let trace = trace(&session);
+    let kinds: Vec<&str> = trace.iter().filter_map(|e| e["event_type"].as_str()).collect();
+    let at = |k: &str| kinds.iter().position(|x| *x == k).unwrap_or_else(|| panic!("{k} in {kinds:?}"));
+    assert!(at("input_required") < at("input_provided") && at("input_provided") < at("tool_call"), "{kinds:?}");
+    let call = trace.iter().find(|e| e["event_type"] == "tool_call").expect("tool_call");
+    assert_eq!((call["is_error"].as_bool(), call["content"].as_str()), (Some(false), Some("main")), "{call}");
+    session.shutdown().await;
+}
+
+/// A task canceled while it waits for a person ends `canceled` and takes no answer after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_canceled_while_it_waits_for_a_person_ends_canceled() {
+    let stub = stub(vec![Turn::tool_call("ask", json!({})), Turn::text("late")]);
+    let cap = anthropic_capsule(&stub.url(), &[("ask", "{DIST}/tool-ask.wasm")], "");
+    let session = std::sync::Arc::new(cap.launch().await.expect("launch"));
+    let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
+    let (_, asked) =
+        post(&d.url(), call("message/send", json!({"message": {"role": "user", "parts": [{"text": "ask"}]}}))).await;
+    assert_eq!(asked["result"]["status"]["state"], "input-required", "{asked}");
+    assert_eq!(asked["result"]["status"]["message"]["parts"][0]["text"], "What next?");
+    let id = asked["result"]["id"].as_str().expect("id").to_string();
+    let (_, canceled) = post(&d.url(), call("tasks/cancel", json!({"id": id}))).await;
+    assert_eq!(canceled["result"]["status"]["state"], "canceled", "{canceled}");
+    let (_, late) =
+        post(&d.url(), call("message/send", json!({"message": {"taskId": id, "parts": [{"text": "too late"}]}}))).await;
+    assert_eq!(late["error"]["code"], -32004, "{late}");
+    let (_, got) = post(&d.url(), call("tasks/get", json!({"id": id}))).await;
+    assert_eq!(got["result"]["status"]["state"], "canceled");
+    session.shutdown().await;
+}

@@ -50,6 +50,20 @@ fn fold(events: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The text of every Anthropic `tool_result` block in a request body.
+fn tool_results(body: &Value) -> Vec<String> {
+    let blocks =
+        body["messages"].as_array().into_iter().flatten().flat_map(|m| m["content"].as_array().into_iter().flatten());
+    blocks
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+            _ => String::new(),
+        })
+        .collect()
+}
+
 fn last_state(events: &[Value]) -> &str {
     events.last().and_then(|e| e["status_update"]["status"]["state"].as_str()).unwrap_or("none")
 }
@@ -67,8 +81,11 @@ async fn run_sdk(version: &str) -> Value {
         Turn::text("the note is written"),
         Turn { event_interval_ms: Some(10), ..Turn::text(numbered(200)) },
         Turn { event_interval_ms: Some(20), ..Turn::text(numbered(100)) },
+        Turn::tool_call("ask", json!({"prompt": "which branch?"})),
+        Turn::text("going with main"),
     ]);
-    let cap = anthropic_capsule(&stub.url(), &[("files", "{ARTIFACTS}/files")], "network: {authentication: bearer}\n");
+    let tools = [("files", "{ARTIFACTS}/files"), ("ask", "{DIST}/tool-ask.wasm")];
+    let cap = anthropic_capsule(&stub.url(), &tools, "network: {authentication: bearer}\n");
     // A token from an earlier start of the same capsule: expired once that session ended.
     let earlier = cap.launch().await.expect("first launch");
     let expired = std::fs::read_to_string(&earlier.door_auth.as_ref().expect("auth").token_file).expect("token");
@@ -87,7 +104,10 @@ async fn run_sdk(version: &str) -> Value {
     let out =
         tokio::time::timeout(Duration::from_secs(180), run).await.expect("the SDK run ends").expect("python runs");
     assert!(out.status.success(), "sdk_client.py failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    let mut report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    // What the model got back from the asking tool: the person's answer.
+    let last = stub.requests().last().map(|r| r.body.clone()).unwrap_or_default();
+    report["model_saw_answer"] = json!(tool_results(&last).iter().any(|c| c == "main"));
     let dir = session.dir.clone();
     session.shutdown().await;
     for file in ["trace.jsonl", "frames.jsonl", "conversation.jsonl"] {
@@ -160,6 +180,18 @@ fn check(version: &str, r: &Value) {
     let text: Vec<(String, String)> = fold(&all);
     assert_eq!(text.len(), 1, "one text artifact: {text:?}");
     assert_eq!(text[0].1, numbered(100), "nothing lost or repeated");
+
+    // input-required: the stream stops at the question; the answer on the same task finishes it.
+    let asking = r["asking"].as_array().expect("asking");
+    assert_eq!(last_state(asking), "TASK_STATE_INPUT_REQUIRED", "{asking:?}");
+    let question = &asking.last().expect("event")["status_update"]["status"]["message"]["parts"][0]["text"];
+    assert_eq!(question, "which branch?");
+    let answered = r["answered"].as_array().expect("answered");
+    assert_eq!(answered[0]["task"]["id"], asking[0]["task"]["id"], "the same task goes on");
+    assert_eq!(last_state(answered), completed, "{answered:?}");
+    let reply = &answered.last().expect("event")["status_update"]["status"]["message"]["parts"][0]["text"];
+    assert_eq!(reply, "going with main");
+    assert_eq!(r["model_saw_answer"], true, "the tool returned the person's answer to the model");
 
     assert_eq!(r["unknown"]["type"], "TaskNotFoundError", "{}", r["unknown"]);
     for what in ["missing", "wrong", "expired"] {

@@ -8,7 +8,8 @@
 //!   when the driver starts writing it, then its result (data part + text part) appended with
 //!   `lastChunk: true`.
 //! - Tool-call input progress is a `working` status update with the byte count in metadata.
-//! - Status frames are status updates; the final one ends the stream.
+//! - Status frames are status updates; the final one ends the stream, and so does
+//!   `input-required` (the task is interrupted until a client answers it with a new message).
 
 use capsule_protocol::frame::{ArtifactBody, Frame, TaskState};
 use serde_json::{Value, json};
@@ -22,7 +23,7 @@ pub enum Mapped {
     Nothing,
     /// A stream result.
     Event(Value),
-    /// The task's final status update: send it, then end the stream.
+    /// The task's final status update, or `input-required`: send it, then end the stream.
     Final(Value),
 }
 
@@ -79,7 +80,7 @@ impl TaskEvents {
                 self.state = Some((status.state, text.to_string()));
                 let st = d.status(&self.task_id, &self.context_id, status.state, Some(text));
                 let e = d.status_update(&self.task_id, &self.context_id, st, None);
-                if *is_final { Mapped::Final(e) } else { Mapped::Event(e) }
+                if *is_final || status.state == TaskState::InputRequired { Mapped::Final(e) } else { Mapped::Event(e) }
             }
             Frame::Text { id, text, is_final: false } if self.mine(id) => {
                 let append = std::mem::replace(&mut self.text_open, true);

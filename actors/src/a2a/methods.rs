@@ -2,14 +2,14 @@
 //! not), stream, get, list, cancel and subscribe.
 
 use axum::response::Response;
-use capsule_protocol::frame::Frame;
+use capsule_protocol::frame::{Frame, TaskState};
 use serde_json::{Value, json};
 
 use super::events::{Folded, Mapped, TaskEvents};
 use super::params::{self, Refusal};
 use super::shape::Dialect;
 use super::stream::{self, Plan};
-use crate::agent_loop::TaskRecord;
+use crate::agent_loop::{InputRefusal, TaskRecord};
 use crate::door::rpc::code;
 use crate::session::Session;
 
@@ -31,57 +31,116 @@ fn not_found(id: &str) -> Answer {
     Answer::Refused((code::TASK_NOT_FOUND, format!("no task `{id}` in this session; ListTasks names them")))
 }
 
-/// A message that names a task: only a task waiting for input takes one, and none does yet.
-async fn continuing(s: &Session, task_id: &str) -> Answer {
-    match s.get_task(task_id).await {
-        Ok(None) => not_found(task_id),
-        Ok(Some(r)) => Answer::Refused((
+/// Give `text` to a task waiting for input: the record after the answer, or the refusal.
+async fn answer(s: &Session, d: Dialect, task_id: &str, text: &str) -> Result<TaskRecord, Answer> {
+    match s.provide_input(task_id, text).await {
+        Ok(Some(Ok(r))) => Ok(r),
+        Ok(None) => Err(not_found(task_id)),
+        Ok(Some(Err(InputRefusal::NotWaiting { state, .. }))) => Err(Answer::Refused((
             code::UNSUPPORTED_OPERATION,
             format!(
-                "task `{task_id}` is {}; a message with a taskId continues only a task waiting for input (input-required). Send it without taskId to start a new task",
-                Dialect::V03.state(r.state)
+                "task `{task_id}` is {}; a message with a taskId continues only a task waiting for input ({}). Send it without taskId to start a new task",
+                d.state(state),
+                d.state(TaskState::InputRequired)
             ),
-        )),
-        Err(e) => internal(e),
+        ))),
+        Ok(Some(Err(e))) => Err(internal(e)),
+        Err(e) => Err(internal(e)),
     }
 }
 
-/// `SendMessage` / `message/send`.
+/// Read `task_id`'s frames until it ends or waits for input; then its record.
+async fn settled(
+    s: &Session,
+    task_id: &str,
+    rx: &mut tokio::sync::mpsc::Receiver<capsule_protocol::frame::NumberedFrame>,
+    done: Option<tokio::sync::oneshot::Receiver<crate::agent_loop::TaskOutcome>>,
+) -> Result<TaskRecord, Answer> {
+    let stops = |f: &Frame| matches!(f, Frame::Status { id, status, is_final, .. } if id == task_id && (*is_final || status.state == TaskState::InputRequired));
+    let done = async move {
+        match done {
+            Some(d) => d.await.ok(),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(done);
+    loop {
+        tokio::select! {
+            o = &mut done => match o {
+                // Answer from the outcome itself: the task's record may be gone if the session
+                // is shutting down while this client waits.
+                Some(o) => return Ok(crate::door::methods::record_of(o)),
+                None => return Err(internal("the agent loop stopped before the task ended (it restarted or the session closed)")),
+            },
+            f = rx.recv() => match f {
+                Some(f) if stops(&f.frame) => break,
+                // Frames were lost: the record says whether the settling one was among them.
+                Some(f) if matches!(f.frame, Frame::Lagged { .. }) => {
+                    if let Ok(Some(r)) = s.get_task(task_id).await
+                        && (r.state.is_final() || r.state == TaskState::InputRequired)
+                    {
+                        return Ok(r);
+                    }
+                }
+                Some(_) => {}
+                None => return Err(internal("the capsule closed before the task ended")),
+            },
+        }
+    }
+    match s.get_task(task_id).await {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(not_found(task_id)),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+/// `SendMessage` / `message/send`: a new task, or (with `taskId`) the answer to a task waiting
+/// for input. Answers when the task ends or waits for input again, or at once with
+/// `returnImmediately` (v1.0) / `blocking: false` (v0.3).
 pub async fn send(s: &Session, d: Dialect, p: &params::Send) -> Answer {
     let text = match p.text(d) {
         Ok(t) => t,
         Err(r) => return Answer::Refused(r),
     };
-    if let Some(t) = &p.message.task_id {
-        return continuing(s, t).await;
-    }
-    let (record, done) = match s.submit_from_door(&text, p.message.context_id.clone()).await {
-        Ok(x) => x,
-        Err(e) => return internal(e),
+    // Subscribed first, so the frame that settles the task cannot be missed.
+    let Some(mut rx) = s.subscribe(None).await else { return internal("the stream emitter is not running") };
+    let (record, done) = match &p.message.task_id {
+        Some(t) => match answer(s, d, t, &text).await {
+            Ok(r) => (r, None),
+            Err(a) => return a,
+        },
+        None => match s.submit_from_door(&text, p.message.context_id.clone()).await {
+            Ok((r, done)) => (r, Some(done)),
+            Err(e) => return internal(e),
+        },
     };
     if record.state.is_final() || p.return_immediately() {
         return Answer::Result(d.send_result(d.task(&record, Vec::new())));
     }
-    match done.await {
-        Ok(o) => Answer::Result(d.send_result(d.task(&crate::door::methods::record_of(o), Vec::new()))),
-        Err(_) => internal("the agent loop stopped before the task ended (it restarted or the session closed)"),
+    match settled(s, &record.id, &mut rx, done).await {
+        Ok(r) => Answer::Result(d.send_result(d.task(&r, Vec::new()))),
+        Err(a) => a,
     }
 }
 
 /// `SendStreamingMessage` / `message/stream`: the task first, then its events until its final
-/// status. The stream subscribes before the task is submitted, so it misses none of its frames.
+/// status (or `input-required`). The stream subscribes before the task is submitted (or
+/// answered, for a message with a `taskId`), so it misses none of its frames.
 pub async fn stream(s: &Session, d: Dialect, p: &params::Send, request_id: &Value) -> Answer {
     let text = match p.text(d) {
         Ok(t) => t,
         Err(r) => return Answer::Refused(r),
     };
-    if let Some(t) = &p.message.task_id {
-        return continuing(s, t).await;
-    }
     let Some(rx) = s.subscribe(None).await else { return internal("the stream emitter is not running") };
-    let record = match s.submit_from_door(&text, p.message.context_id.clone()).await {
-        Ok((record, _done)) => record,
-        Err(e) => return internal(e),
+    let record = match &p.message.task_id {
+        Some(t) => match answer(s, d, t, &text).await {
+            Ok(r) => r,
+            Err(a) => return a,
+        },
+        None => match s.submit_from_door(&text, p.message.context_id.clone()).await {
+            Ok((record, _done)) => record,
+            Err(e) => return internal(e),
+        },
     };
     let events = TaskEvents::new(d, &record.id, &record.context_id);
     let plan = Plan {

@@ -141,7 +141,12 @@ impl Dialect {
 
     /// A `TaskStatusUpdateEvent`, as a stream result.
     pub fn status_update(self, task_id: &str, context_id: &str, status: Value, metadata: Option<Value>) -> Value {
-        let is_final = status["state"].as_str().and_then(|s| self.parse_state(s)).is_some_and(TaskState::is_final);
+        // v0.3's `final` ends the stream: at a final state, and at `input-required`, where the
+        // client answers with a new message.
+        let is_final = status["state"]
+            .as_str()
+            .and_then(|s| self.parse_state(s))
+            .is_some_and(|s| s.is_final() || s == TaskState::InputRequired);
         let mut e = json!({"taskId": task_id, "contextId": context_id, "status": status});
         if let Some(m) = metadata {
             e["metadata"] = m;

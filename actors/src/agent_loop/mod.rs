@@ -12,12 +12,14 @@
 //! is emitted after the trace and conversation are flushed, and exactly once per attempt
 //! (the running task is taken out of the state when it finishes).
 
+mod ask;
 mod call;
 mod intake;
 mod resume;
 mod settings;
 mod task;
 
+pub use ask::InputRefusal;
 pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 
 use crate::control::{ControlError, Principal, SettingChange};
@@ -100,6 +102,24 @@ pub enum LoopMsg {
     },
     /// Every task this session knows, newest first (ids are time-ordered UUIDv7s).
     ListTasks(RpcReplyPort<Vec<TaskRecord>>),
+    /// The running tool of `attempt` asks a person (`request-input`); `answer` gets the reply.
+    InputRequired {
+        /// Attempt the tool call belongs to.
+        attempt: u64,
+        /// What the tool asks.
+        prompt: String,
+        /// Where the answer goes.
+        answer: tokio::sync::oneshot::Sender<String>,
+    },
+    /// A client answers a task waiting for input.
+    ProvideInput {
+        /// The task.
+        task_id: String,
+        /// The answer.
+        text: String,
+        /// `None` for an unknown task; the record after the answer, or why it was not taken.
+        reply: RpcReplyPort<Option<Result<TaskRecord, InputRefusal>>>,
+    },
     /// Cancel a task (`tasks/cancel`): the running one ends `canceled`, a queued one is dropped.
     Cancel {
         /// Task id.
@@ -280,6 +300,13 @@ impl Actor for AgentLoop {
             }
             LoopMsg::GetTask { id, reply } => {
                 let _ = reply.send(state.tasks.get(&id).cloned());
+            }
+            LoopMsg::InputRequired { attempt, prompt, answer } => {
+                state.on_input_required(attempt, prompt, answer).await;
+            }
+            LoopMsg::ProvideInput { task_id, text, reply } => {
+                let r = state.provide_input(&task_id, text).await;
+                let _ = reply.send(r);
             }
             LoopMsg::ListTasks(reply) => {
                 let mut all: Vec<TaskRecord> = state.tasks.values().cloned().collect();

@@ -112,6 +112,7 @@ impl LoopState {
             call_started: now,
             estimate: 0,
             choice: 0,
+            waiting: None,
         });
         self.tasks.insert(
             task_id.clone(),

@@ -5,6 +5,7 @@ use capsule_protocol::neutral::{DriverRequest, Message, ProducedBy, Role, StopRe
 use capsule_protocol::trace::{ExitStatus, TraceEvent, TraceKind};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::TaskOutcome;
@@ -37,6 +38,8 @@ pub struct Running {
     pub(crate) estimate: u64,
     /// The driver choice the current call uses.
     pub(crate) choice: usize,
+    /// The running tool's `request-input`, while the task waits for a person.
+    pub(crate) waiting: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
 impl LoopState {
@@ -131,6 +134,7 @@ impl LoopState {
             call_started: now,
             estimate: 0,
             choice: 0,
+            waiting: None,
         };
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Reset);
         let started = json!({"task_id": running.task_id, "context_id": running.context_id, "text": text});
@@ -350,6 +354,8 @@ impl LoopState {
             return self.fail_unjournaled(e).await;
         }
         let tools = self.peer(role::TOOLS);
+        let events: Arc<dyn capsule_runtime::GuestEvents> =
+            Arc::new(super::ask::InputAsker::new(myself.clone(), attempt));
         let myself = myself.clone();
         tokio::spawn(async move {
             let input = input.to_string();
@@ -366,7 +372,7 @@ impl LoopState {
             // No timeout here: the tool's own deadline (`deadline_seconds`) bounds the call.
             let reply = match tools.find::<ToolsMsg>() {
                 Err(_) => crashed(),
-                Ok(t) => match t.call(|reply| ToolsMsg::Run { name, input, reply }, None).await {
+                Ok(t) => match t.call(|reply| ToolsMsg::Run { name, input, events, reply }, None).await {
                     Ok(ractor::rpc::CallResult::Success(r)) => r,
                     _ => crashed(),
                 },
