@@ -3,7 +3,9 @@
 //! supervision tree. Everything that can be refused is refused here, before anything runs,
 //! with a coded error.
 
-use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, ArtifactRuntime, Capabilities, Limits, Manifest};
+use capsule_protocol::manifest::{
+    self, Artifact, ArtifactManifest, ArtifactRuntime, Capabilities, CheckedArtifact, Limits, Manifest,
+};
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
 use capsule_runtime::{
@@ -51,8 +53,8 @@ pub struct EndpointOverride {
 pub struct ReadyArtifact {
     /// Its declaration.
     pub decl: Artifact,
-    /// Its folder manifest, when the source was a folder.
-    pub own: Option<ArtifactManifest>,
+    /// Its folder manifest, checked, when the source was a folder.
+    pub own: Option<CheckedArtifact>,
     /// The loaded component.
     pub loaded: LoadedArtifact,
     /// Its grants.
@@ -120,11 +122,58 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
     Ok(c)
 }
 
+/// The component of an artifact folder: its `module` when named; else the `.wasm` at the
+/// folder's top that `requires_files` lists (`capsule.wasm` when several are listed); else the
+/// only `.wasm` at the folder's top (or `capsule.wasm`), as Murmur finds it.
+fn artifact_module(folder: &Path, own: &ArtifactManifest, own_path: &Path) -> Result<PathBuf, Diagnostic> {
+    if let Some(m) = &own.module {
+        return Ok(folder.join(m));
+    }
+    let top_wasm = |name: &str| !name.contains('/') && name.ends_with(".wasm");
+    let listed: Vec<&str> = own.requires_files.iter().map(String::as_str).filter(|f| top_wasm(f)).collect();
+    let found: Vec<String> = if listed.is_empty() {
+        let mut found: Vec<String> = std::fs::read_dir(folder)
+            .map(|d| {
+                d.flatten().filter_map(|e| e.file_name().to_str().map(String::from)).filter(|n| top_wasm(n)).collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    } else {
+        listed.iter().map(|s| s.to_string()).collect()
+    };
+    let chosen = match found.as_slice() {
+        [one] => one.clone(),
+        many if many.iter().any(|n| n == "capsule.wasm") => "capsule.wasm".to_string(),
+        [] => {
+            return Err(Diagnostic::new(
+                Code::ArtifactSourceMissing,
+                own_path.display().to_string(),
+                format!("artifact `{}` names no component: no `module`, and no .wasm at the folder's top", own.name),
+                "list the component in requires_files (e.g. `requires_files: [tool.wasm]`) and put it beside murmur.yaml",
+            ));
+        }
+        many => {
+            return Err(Diagnostic::new(
+                Code::ArtifactManifest,
+                own_path.display().to_string(),
+                format!(
+                    "artifact `{}` has several components ({}) and none is capsule.wasm",
+                    own.name,
+                    many.join(", ")
+                ),
+                "list only the component in requires_files, or name it `capsule.wasm`",
+            ));
+        }
+    };
+    Ok(folder.join(chosen))
+}
+
 /// A driver's kind, from what its declaration names (the artifact's name, its folder
 /// manifest's name, its component's file name): it says how the key goes upstream when the
 /// artifact declares no `upstream_auth`.
-fn driver_kind(decl: &Artifact, own: Option<&ArtifactManifest>) -> KeyStyle {
-    let names = [Some(decl.name.as_str()), own.map(|o| o.name.as_str()), decl.source.as_deref()];
+fn driver_kind(decl: &Artifact, own: Option<&CheckedArtifact>) -> KeyStyle {
+    let names = [Some(decl.name.as_str()), own.map(|o| o.manifest.name.as_str()), decl.source.as_deref()];
     let says = |kind: &str| names.iter().flatten().any(|n| n.to_ascii_lowercase().contains(kind));
     match (says("anthropic"), says("openai")) {
         (true, false) => KeyStyle::Anthropic,
@@ -239,7 +288,8 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
                     "add the artifact's murmur.yaml naming its module, or point source at the .wasm file",
                 )
             })?;
-            let own = manifest::parse_artifact_manifest(&own_text, &own_path.display().to_string())?;
+            let (own, own_warnings) = manifest::parse_artifact_manifest(&own_text, &own_path.display().to_string())?;
+            warnings.extend(own_warnings);
             if own.runtime != decl.runtime {
                 return Err(Diagnostic::new(
                     Code::ArtifactManifest,
@@ -252,7 +302,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
                 )
                 .into());
             }
-            (src.join(&own.module), Some(own))
+            (artifact_module(&src, &own.manifest, &own_path)?, Some(own))
         } else {
             (src, None)
         };
@@ -270,7 +320,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
         let at = format!("artifacts[{}].capabilities", decl.name);
         let caps = narrow(
             &narrow(&m.capabilities, decl.capabilities.as_ref(), &at)?,
-            own.as_ref().and_then(|o| o.capabilities.as_ref()),
+            own.as_ref().and_then(|o| o.grants.as_ref()),
             &at,
         )?;
         let grants = grants_for(&m, decl, &caps, opts, session_id, (&files, &disk))?;
@@ -284,7 +334,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             .iter()
             .find(|r: &&ReadyArtifact| r.decl.name == a.name)
             .and_then(|r| r.own.as_ref())
-            .and_then(|o| o.upstream_auth.clone());
+            .and_then(|o| o.manifest.upstream_auth.clone());
         let sources = Sources {
             env: &opts.env,
             config: opts.host_config.as_ref().map(|(c, p)| (c, p.clone())),
@@ -419,8 +469,8 @@ fn grants_for(
 }
 
 /// The tools offered to the model: every `runtime: tool` artifact, with the description and
-/// parameters from its folder manifest (`{"type": "object"}` when it has none, or declares an
-/// empty one).
+/// input schema from its folder manifest (`input_schema`, `input` or `parameters`), and
+/// `{"type": "object"}` when it has none.
 pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
     p.artifacts
         .iter()
@@ -433,7 +483,7 @@ pub fn tool_specs(p: &Prepared) -> Vec<ToolSpec> {
             parameters: a
                 .own
                 .as_ref()
-                .and_then(|o| o.parameters.clone())
+                .and_then(|o| o.schema.clone())
                 .unwrap_or_else(|| serde_json::json!({"type": "object"})),
         })
         .collect()

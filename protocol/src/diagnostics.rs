@@ -69,6 +69,11 @@ pub enum Code {
     JournalUnavailable,
     /// `--resume` was given a folder that is not a session, or a session with nothing to resume.
     NotASession,
+    /// An artifact's own manifest asks for what this runtime cannot run (a native build, a
+    /// hook or skill).
+    ArtifactUnsupported,
+    /// An artifact manifest key this runtime does not know or cannot honour (warning).
+    ArtifactKeyIgnored,
     /// The TLS certificate or key of a door or the host API cannot be used.
     TlsRefused,
     /// The door cannot listen on its address (port taken, address not local, not allowed).
@@ -115,6 +120,7 @@ impl Code {
             Code::ArtifactCompile => "E-CAP-005",
             Code::ArtifactManifest => "E-CAP-006",
             Code::ArtifactWrongRole => "E-CAP-007",
+            Code::ArtifactUnsupported => "E-CAP-008",
             Code::CredentialUnresolved => "E-RUN-025",
             Code::DeadlineExceeded => "E-RUN-030",
             Code::MemoryLimit => "E-RUN-031",
@@ -137,6 +143,7 @@ impl Code {
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",
             Code::DriverKindUnknown => "W-CAP-002",
+            Code::ArtifactKeyIgnored => "W-CAP-003",
             Code::SessionCeiling => "E-RUN-080",
             Code::MachineCeiling => "E-RUN-081",
         }

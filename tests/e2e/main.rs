@@ -16,6 +16,7 @@ mod host;
 mod inspect;
 mod journal_fuzz;
 mod loop_rules;
+mod murmur_artifacts;
 mod progress;
 mod python;
 mod resume;

@@ -11,7 +11,7 @@ mod parse;
 mod types;
 mod validate;
 
-pub use artifact::{ArtifactManifest, UpstreamAuth};
+pub use artifact::{ArtifactKind, ArtifactManifest, CheckedArtifact, UpstreamAuth};
 pub use parse::{parse, parse_artifact_manifest};
 pub use types::*;
 pub use validate::{

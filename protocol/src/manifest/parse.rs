@@ -6,7 +6,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::artifact::ArtifactManifest;
+use super::artifact::{ArtifactManifest, CheckedArtifact};
 use super::types::Manifest;
 use super::validate::validate;
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
@@ -22,16 +22,11 @@ pub fn parse(text: &str, origin: &str) -> Result<(Manifest, Vec<Diagnostic>), Di
     Ok((manifest, found.0))
 }
 
-/// Parse an artifact folder's own `murmur.yaml`.
-pub fn parse_artifact_manifest(text: &str, origin: &str) -> Result<ArtifactManifest, Diagnostics> {
+/// Parse an artifact folder's own `murmur.yaml` (Murmur's form or this project's): what launch
+/// uses from it, and its warnings; any error refuses it.
+pub fn parse_artifact_manifest(text: &str, origin: &str) -> Result<(CheckedArtifact, Vec<Diagnostic>), Diagnostics> {
     let own: ArtifactManifest = typed_artifact(text, origin)?;
-    if let Some(c) = &own.capabilities {
-        let found = super::validate::artifact_capability_rules(c, &format!("{origin}: capabilities"));
-        if found.has_errors() {
-            return Err(found);
-        }
-    }
-    Ok(own)
+    super::artifact::check(own, origin)
 }
 
 fn typed_artifact(text: &str, origin: &str) -> Result<ArtifactManifest, Diagnostics> {
