@@ -5,6 +5,7 @@ mod control_cli;
 mod demo;
 mod host_cli;
 mod inspect;
+mod install;
 mod printer;
 mod sse_client;
 mod watch;
@@ -38,6 +39,8 @@ enum Command {
     Check(inspect::CheckArgs),
     /// List the sessions under a folder, with their state and the path `run --resume` takes.
     Ps(inspect::PsArgs),
+    /// Install a Murmur artifact package (.mur.zip or artifact folder) into a capsule project.
+    Install(install::InstallArgs),
     /// Print a shell completion script: `capsule completions bash > ~/.local/share/bash-completion/completions/capsule`.
     Completions {
         /// The shell.
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
             Command::Control(args) => control_cli::control(args).await,
             Command::Check(args) => inspect::check(args).await,
             Command::Ps(args) => inspect::ps(args),
+            Command::Install(args) => install::install(args),
             Command::Completions { shell } => {
                 use clap::CommandFactory;
                 clap_complete::generate(shell, &mut Cli::command(), "capsule", &mut std::io::stdout());

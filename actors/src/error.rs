@@ -13,6 +13,9 @@ pub enum LaunchError {
     /// An artifact was refused.
     #[error("{0}")]
     Load(#[from] LoadError),
+    /// An installed artifact package was missing or refused.
+    #[error("{0}")]
+    Package(#[from] crate::package::PackageError),
     /// The engine could not start.
     #[error("the sandbox host could not start")]
     Host(#[source] LoadError),
@@ -83,6 +86,7 @@ impl LaunchError {
             self,
             LaunchError::Manifest(_)
                 | LaunchError::Load(_)
+                | LaunchError::Package(_)
                 | LaunchError::Files(_)
                 | LaunchError::JournalDamaged { .. }
         )
@@ -94,6 +98,7 @@ impl LaunchError {
             LaunchError::Manifest(d) => d.0.first().map(|d| d.code).unwrap_or(Code::ManifestInvalid),
             LaunchError::Load(e) | LaunchError::Host(e) => e.code(),
             LaunchError::Io { .. } => Code::SessionIo,
+            LaunchError::Package(e) => e.code(),
             LaunchError::Files(_) => Code::SessionFileRefused,
             LaunchError::JournalDamaged { .. } => Code::JournalDamaged,
             LaunchError::NotASession { .. } | LaunchError::AlreadyEnded { .. } => Code::NotASession,

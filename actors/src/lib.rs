@@ -40,6 +40,7 @@ pub mod launch;
 pub mod listener;
 pub mod local_origin;
 pub mod names;
+pub mod package;
 pub mod peer;
 pub mod session;
 pub mod spend;

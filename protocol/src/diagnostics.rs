@@ -72,6 +72,14 @@ pub enum Code {
     /// An artifact's own manifest asks for what this runtime cannot run (a native build, a
     /// hook or skill).
     ArtifactUnsupported,
+    /// An artifact named by name and version is not installed (and there is no registry).
+    ArtifactNotInstalled,
+    /// An installed package does not match its checksum or `murmur.lock`.
+    ArtifactIntegrity,
+    /// A package is not a readable zip, or has an entry that would escape or is too large.
+    ArtifactPackageUnsafe,
+    /// `murmur.lock` could not be written (warning).
+    LockNotWritten,
     /// An artifact manifest key this runtime does not know or cannot honour (warning).
     ArtifactKeyIgnored,
     /// The TLS certificate or key of a door or the host API cannot be used.
@@ -121,6 +129,9 @@ impl Code {
             Code::ArtifactManifest => "E-CAP-006",
             Code::ArtifactWrongRole => "E-CAP-007",
             Code::ArtifactUnsupported => "E-CAP-008",
+            Code::ArtifactNotInstalled => "E-CAP-009",
+            Code::ArtifactIntegrity => "E-CAP-010",
+            Code::ArtifactPackageUnsafe => "E-CAP-011",
             Code::CredentialUnresolved => "E-RUN-025",
             Code::DeadlineExceeded => "E-RUN-030",
             Code::MemoryLimit => "E-RUN-031",
@@ -144,6 +155,7 @@ impl Code {
             Code::CredentialEnvDropped => "W-CAP-001",
             Code::DriverKindUnknown => "W-CAP-002",
             Code::ArtifactKeyIgnored => "W-CAP-003",
+            Code::LockNotWritten => "W-CAP-004",
             Code::SessionCeiling => "E-RUN-080",
             Code::MachineCeiling => "E-RUN-081",
         }

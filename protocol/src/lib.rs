@@ -11,6 +11,7 @@ pub mod frame;
 pub mod host_config;
 pub mod host_file;
 pub mod journal_line;
+pub mod lockfile;
 pub mod manifest;
 pub mod models;
 pub mod neutral;

@@ -17,6 +17,7 @@ mod inspect;
 mod journal_fuzz;
 mod loop_rules;
 mod murmur_artifacts;
+mod packages;
 mod progress;
 mod python;
 mod resume;

@@ -119,12 +119,12 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
         if a.name.is_empty() {
             err(Code::ManifestInvalid, format!("{at}.name"), "an artifact name is empty".into(), "name the artifact");
         }
-        if a.source.is_none() {
+        if a.source.is_none() && a.version.is_none() {
             err(
                 Code::ManifestArtifactRef,
                 format!("{at}.source"),
-                format!("artifact `{}` has no source", a.name),
-                "set `source:` to a .wasm file or an artifact folder",
+                format!("artifact `{}` has neither a source nor a version", a.name),
+                "set `source:` to a .wasm file or an artifact folder, or `version:` to use the installed package (`capsule install`)",
             );
         }
         if let Some(g) = &a.gateway {
