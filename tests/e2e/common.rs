@@ -27,6 +27,19 @@ pub fn host() -> Host {
     Host::new(HostOptions { cache_dir: Some(repo().join("target/test-component-cache")) }).expect("host starts")
 }
 
+/// What a test host's capsules share: this test's engine and cache, no host config, no
+/// machine meter, doors on loopback without TLS.
+pub fn loopback_shared() -> capsule_actors::host::Shared {
+    capsule_actors::host::Shared {
+        host: host(),
+        env: Default::default(),
+        host_config: None,
+        machine: None,
+        bind: [127, 0, 0, 1].into(),
+        tls: None,
+    }
+}
+
 /// A capsule in a temporary folder.
 pub struct Capsule {
     pub dir: tempfile::TempDir,

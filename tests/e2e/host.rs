@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use capsule_actors::Session;
-use capsule_actors::host::{Action, CapsuleEntry, CapsuleState, HostHandle, RestartPolicy, Shared};
+use capsule_actors::host::{Action, CapsuleEntry, CapsuleState, HostHandle, RestartPolicy};
 use capsule_protocol::host_file::PlannedCapsule;
 use capsule_stub::Turn;
 use serde_json::{Value, json};
@@ -290,14 +290,7 @@ async fn start_alpha_and_beta(a: &Capsule, b: &Capsule) -> HostHandle {
         workdir: cap.workdir.clone(),
         port: 0,
     };
-    let shared = Shared {
-        host: host(),
-        env: Default::default(),
-        host_config: None,
-        machine: None,
-        bind: [127, 0, 0, 1].into(),
-        tls: None,
-    };
+    let shared = loopback_shared();
     let host = HostHandle::start(vec![planned("alpha", a), planned("beta", b)], shared, RestartPolicy::default())
         .await
         .expect("host starts");
@@ -393,14 +386,7 @@ async fn a_capsule_refused_at_launch_is_failed_at_once_with_its_code_and_the_api
             port: 0,
         },
     ];
-    let shared = Shared {
-        host: host(),
-        env: Default::default(),
-        host_config: None,
-        machine: None,
-        bind: [127, 0, 0, 1].into(),
-        tls: None,
-    };
+    let shared = loopback_shared();
     let policy = RestartPolicy { backoff_initial: Duration::from_millis(5), ..RestartPolicy::default() };
     let host = HostHandle::start(planned, shared, policy).await.expect("host starts");
     let (api, c, _token_dir) = api_with_token(&host).await;

@@ -115,17 +115,10 @@ async fn a_door_beyond_loopback_serves_only_over_tls_and_only_with_its_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_api_beyond_loopback_needs_tls_and_still_its_token() {
-    use capsule_actors::host::{HostHandle, RestartPolicy, Shared};
+    use capsule_actors::host::{HostHandle, RestartPolicy};
     let dir = tempfile::tempdir().expect("tempdir");
     let (_files, tls, client) = certificate(dir.path());
-    let shared = Shared {
-        host: host(),
-        env: Default::default(),
-        host_config: None,
-        machine: None,
-        bind: [127, 0, 0, 1].into(),
-        tls: None,
-    };
+    let shared = loopback_shared();
     let handle = HostHandle::start(Vec::new(), shared, RestartPolicy::default()).await.expect("host");
     let token_file = dir.path().join("api.token");
     let key = || capsule_actors::control::TokenKey::mint(&token_file).expect("mint");
