@@ -198,3 +198,35 @@ async fn a_task_canceled_while_it_waits_for_a_person_ends_canceled() {
     assert_eq!(got["result"]["status"]["state"], "canceled");
     session.shutdown().await;
 }
+
+/// On the Murmur door, as in Murmur: while a task waits for a person, the next `message/send`
+/// answers it (and is answered with the task, working again); the waiting client's own
+/// `message/send` then ends with the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_murmur_door_the_next_message_send_answers_the_waiting_task() {
+    let stub = stub(vec![Turn::tool_call("ask", json!({"prompt": "which branch?"})), Turn::text("going with main")]);
+    let cap = anthropic_capsule(&stub.url(), &[("ask", "{DIST}/tool-ask.wasm")], "");
+    let session = std::sync::Arc::new(cap.launch().await.expect("launch"));
+    let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
+    let door_send = |url: String, text: &'static str| async move {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"role": "user", "parts": [{"text": text}]}}});
+        let r = reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string());
+        r.send().await.expect("answer").json::<Value>().await.expect("json")
+    };
+    let first = tokio::spawn(door_send(d.url(), "ask me"));
+    eventually("the task to wait for input", || {
+        let s = session.clone();
+        async move {
+            s.list_tasks()
+                .await
+                .is_ok_and(|t| t.iter().any(|r| r.state == capsule_protocol::frame::TaskState::InputRequired))
+        }
+    })
+    .await;
+    let answered = door_send(d.url(), "main").await;
+    assert_eq!(answered["result"]["status"]["state"], "working", "{answered}");
+    let done = first.await.expect("first client");
+    assert_eq!(done["result"]["status"]["response"], "going with main", "{done}");
+    assert_eq!(session.list_tasks().await.expect("tasks").len(), 1, "the answer started no task");
+    session.shutdown().await;
+}

@@ -108,6 +108,14 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
         Ok(t) => t,
         Err(why) => return json_response(StatusCode::OK, rpc::err(&req.id, code::INVALID_PARAMS, why)),
     };
+    // As Murmur's door does: while a task waits for a person (`input-required`), a message
+    // answers it instead of starting a task, and the answer is the task, working again.
+    if let Ok(tasks) = s.list_tasks().await
+        && let Some(waiting) = tasks.iter().find(|t| t.state == TaskState::InputRequired)
+        && let Ok(Some(Ok(record))) = s.provide_input(&waiting.id, &text).await
+    {
+        return json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&record)));
+    }
     let (record, done) = match s.submit_from_door(&text, p.message.context_id.clone()).await {
         Ok(x) => x,
         Err(e) => return json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, e.to_string())),
