@@ -229,6 +229,7 @@ impl Session {
             call_timeout: Duration::from_secs(deadline + 30),
             acceptance: m.lifecycle.task_acceptance,
             queue_depth: m.lifecycle.queue_depth as usize,
+            input_timeout: m.lifecycle.input_timeout_secs.map(Duration::from_secs),
         };
         let mut children = vec![
             ChildSpec::Journal(JournalArgs {

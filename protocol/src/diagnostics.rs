@@ -94,6 +94,8 @@ pub enum Code {
     /// A tool call was running when the process stopped; on resume the model is told it may
     /// or may not have taken effect, and it is not run again.
     ToolInterrupted,
+    /// A task waited for a person longer than `lifecycle.input_timeout_secs`.
+    InputTimeout,
     /// An alternate driver choice is staged unavailable: its credential resolves nowhere.
     AlternateUnavailable,
     /// The model is not in the built-in table; defaults are used.
@@ -150,6 +152,7 @@ impl Code {
             Code::TlsRefused => "E-RUN-066",
             Code::MaxTurns => "E-RUN-070",
             Code::ToolInterrupted => "E-RUN-090",
+            Code::InputTimeout => "E-RUN-091",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",

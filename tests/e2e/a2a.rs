@@ -230,3 +230,29 @@ async fn on_the_murmur_door_the_next_message_send_answers_the_waiting_task() {
     assert_eq!(session.list_tasks().await.expect("tasks").len(), 1, "the answer started no task");
     session.shutdown().await;
 }
+
+/// `lifecycle.input_timeout_secs`: a task no one answers in time fails with `E-RUN-091`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_no_one_answers_within_the_input_timeout_fails_with_its_code() {
+    let stub = stub(vec![Turn::tool_call("ask", json!({})), Turn::text("never")]);
+    let cap =
+        anthropic_capsule(&stub.url(), &[("ask", "{DIST}/tool-ask.wasm")], "lifecycle: {input_timeout_secs: 1}\n");
+    let session = std::sync::Arc::new(cap.launch().await.expect("launch"));
+    let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
+    let (_, asked) = post(&d.url(), call("SendMessage", json!({"message": {"parts": [{"text": "ask"}]}}))).await;
+    assert_eq!(asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    let id = asked["result"]["task"]["id"].as_str().expect("id").to_string();
+    eventually("the wait to time out", || {
+        let (url, id) = (d.url(), id.clone());
+        async move {
+            let (_, got) = post(&url, call("GetTask", json!({"id": id}))).await;
+            got["result"]["status"]["state"] == "TASK_STATE_FAILED"
+        }
+    })
+    .await;
+    let (_, got) = post(&d.url(), call("GetTask", json!({"id": id}))).await;
+    let why = got["result"]["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("");
+    assert!(why.contains("E-RUN-091") && why.contains("input-timeout"), "{got}");
+    assert_eq!(stub.requests().len(), 1, "no call after the timeout");
+    session.shutdown().await;
+}

@@ -8,8 +8,7 @@
 //!   before the tool gets the answer. A step that cannot be journaled fails the task.
 //! - A task that ends while waiting (cancel, session end) drops the answer channel: the tool
 //!   gets an `error:` string and its late result is dropped as stale.
-//! - Deliberately not here: answering through the Murmur door's `message/send` (the Murmur
-//!   compatibility issue), and a time limit on the wait.
+//! - `lifecycle.input_timeout_secs` bounds the wait: past it the task fails (`E-RUN-091`).
 
 use capsule_protocol::frame::{Frame, StatusBody, TaskState};
 use capsule_protocol::trace::TraceKind;
@@ -84,7 +83,13 @@ impl LoopState {
     }
 
     /// The running tool of `attempt` asks a person; the task waits.
-    pub(crate) async fn on_input_required(&mut self, attempt: u64, prompt: String, answer: oneshot::Sender<String>) {
+    pub(crate) async fn on_input_required(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        attempt: u64,
+        prompt: String,
+        answer: oneshot::Sender<String>,
+    ) {
         let Some(task_id) = self.running.as_ref().filter(|r| r.attempt == attempt).map(|r| r.task_id.clone()) else {
             return;
         };
@@ -92,10 +97,33 @@ impl LoopState {
         if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::InputRequired, asked)]).await {
             return self.fail_unjournaled(e).await;
         }
+        self.asked += 1;
         if let Some(r) = self.running.as_mut() {
             r.waiting = Some(answer);
         }
         self.set_state(&task_id, TaskState::InputRequired, &prompt);
+        if let Some(limit) = self.config.input_timeout {
+            let me = myself.clone();
+            let asked = self.asked;
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                let _ = me.cast(LoopMsg::InputTimedOut { attempt, asked });
+            });
+        }
+    }
+
+    /// The wait `asked` of `attempt` ran out: the task fails, unless it was answered meanwhile.
+    pub(crate) async fn on_input_timeout(&mut self, attempt: u64, asked: u64) {
+        let still = self.running.as_ref().is_some_and(|r| r.attempt == attempt && r.waiting.is_some());
+        if !still || asked != self.asked {
+            return;
+        }
+        let secs = self.config.input_timeout.map_or(0, |d| d.as_secs());
+        let why = format!(
+            "{code}: input-timeout: no one answered within {secs} s (lifecycle.input_timeout_secs)",
+            code = capsule_protocol::Code::InputTimeout
+        );
+        self.finish(capsule_protocol::trace::ExitStatus::Failed, why).await;
     }
 
     /// A client answers `task_id`: `None` when no such task, the record (now `working`) when the

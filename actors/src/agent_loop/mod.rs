@@ -111,6 +111,13 @@ pub enum LoopMsg {
         /// Where the answer goes.
         answer: tokio::sync::oneshot::Sender<String>,
     },
+    /// The wait for input of `attempt` ran past `lifecycle.input_timeout_secs`.
+    InputTimedOut {
+        /// Attempt the wait belongs to.
+        attempt: u64,
+        /// Which wait of the attempt (a later question restarts the clock).
+        asked: u64,
+    },
     /// A client answers a task waiting for input.
     ProvideInput {
         /// The task.
@@ -211,6 +218,8 @@ pub struct LoopConfig {
     pub acceptance: TaskAcceptance,
     /// `lifecycle.queue_depth`.
     pub queue_depth: usize,
+    /// `lifecycle.input_timeout_secs`.
+    pub input_timeout: Option<std::time::Duration>,
 }
 
 /// A controller's `inference.max_tokens` (0: none set; the choice's own cap applies). The loop
@@ -261,6 +270,9 @@ pub struct LoopState {
     /// The (choice, cap) of the last call, to trace `control_applied` when a change takes effect.
     pub(crate) last_applied: Option<(usize, u32)>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
+    /// Questions asked so far (`request-input`): a timer fires only for the question it was
+    /// started for.
+    pub(crate) asked: u64,
 }
 
 /// The agent loop actor.
@@ -283,6 +295,7 @@ impl Actor for AgentLoop {
             continuation: None,
             counter: crate::spend::tokens::TokenCounter::new(),
             last_applied: None,
+            asked: 0,
         };
         state.restore(restored);
         Ok(state)
@@ -302,7 +315,11 @@ impl Actor for AgentLoop {
                 let _ = reply.send(state.tasks.get(&id).cloned());
             }
             LoopMsg::InputRequired { attempt, prompt, answer } => {
-                state.on_input_required(attempt, prompt, answer).await;
+                state.on_input_required(&myself, attempt, prompt, answer).await;
+            }
+            LoopMsg::InputTimedOut { attempt, asked } => {
+                state.on_input_timeout(attempt, asked).await;
+                state.start_queued(&myself).await;
             }
             LoopMsg::ProvideInput { task_id, text, reply } => {
                 let r = state.provide_input(&task_id, text).await;

@@ -425,6 +425,10 @@ pub struct Lifecycle {
     /// Tasks waiting behind the running one.
     #[serde(default = "default_queue_depth")]
     pub queue_depth: u32,
+    /// How long a task waits for a person (`input-required`) before it fails; no limit when
+    /// absent.
+    #[serde(default)]
+    pub input_timeout_secs: Option<u64>,
 }
 
 fn default_queue_depth() -> u32 {
