@@ -5,6 +5,7 @@
 use capsule_actors::Session;
 use capsule_protocol::frame::{Frame, NumberedFrame, TaskState};
 use std::io::Write;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Dim text on a terminal; plain text when stdout is a pipe or a file.
@@ -110,16 +111,23 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style, trace: Option<&std::p
 }
 
 /// Subscribe and print every frame; each final status is sent on the returned channel as
-/// `(task id, state)`.
-pub async fn start(session: &Session, style: Style) -> mpsc::UnboundedReceiver<(String, TaskState)> {
+/// `(task id, state)`. When a task waits for a person (`input-required`), the next line of
+/// stdin is its answer (stdin at its end answers nothing: a door client can still answer).
+pub async fn start(session: &Arc<Session>, style: Style) -> mpsc::UnboundedReceiver<(String, TaskState)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let Some(mut frames) = session.subscribe(None).await else {
         return rx;
     };
     let trace = session.dir.join("trace.jsonl");
+    let session = session.clone();
     tokio::spawn(async move {
         while let Some(f) = frames.recv().await {
             print_frame(&f, style, Some(&trace));
+            if let Frame::Status { id, status, .. } = &f.frame
+                && status.state == TaskState::InputRequired
+            {
+                answer_from_stdin(session.clone(), id.clone());
+            }
             if let Frame::Status { id, status, is_final: true, .. } = &f.frame
                 && tx.send((id.clone(), status.state)).is_err()
             {
@@ -128,4 +136,23 @@ pub async fn start(session: &Session, style: Style) -> mpsc::UnboundedReceiver<(
         }
     });
     rx
+}
+
+/// Read one line from stdin in the background and give it to the waiting task.
+fn answer_from_stdin(session: Arc<Session>, task_id: String) {
+    tokio::spawn(async move {
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).ok().filter(|n| *n > 0).map(|_| line)
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(line) = line {
+            let answer = line.trim_end_matches(['\n', '\r']);
+            if let Ok(Some(Err(e))) = session.provide_input(&task_id, answer).await {
+                eprintln!("warning: the answer was not taken: {e}");
+            }
+        }
+    });
 }

@@ -256,3 +256,39 @@ async fn a_task_no_one_answers_within_the_input_timeout_fails_with_its_code() {
     assert_eq!(stub.requests().len(), 1, "no call after the timeout");
     session.shutdown().await;
 }
+
+/// `capsule run --task` (the real binary): when a tool asks a person, the next line of stdin
+/// is the answer, and the task ends with the model's reply to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capsule_run_takes_the_answer_to_a_question_from_stdin() {
+    use tokio::io::AsyncWriteExt;
+    let stub = stub(vec![Turn::tool_call("ask", json!({"prompt": "which branch?"})), Turn::text("going with main")]);
+    let cap = anthropic_capsule(&stub.url(), &[("ask", "{DIST}/tool-ask.wasm")], "");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .arg("run")
+        .arg(cap.path())
+        .args(["--task", "ask me", "--workdir"])
+        .arg(&cap.workdir)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"main\n").await.expect("answer");
+    drop(stdin);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("ends")
+        .expect("output");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("which branch?") || stdout.contains("which branch?"),
+        "the question is shown: {stdout}\n{stderr}"
+    );
+    let second = stub.requests().get(1).map(|r| r.body.to_string()).unwrap_or_default();
+    assert!(second.contains("\"main\""), "the answer reached the model: {second}");
+}
