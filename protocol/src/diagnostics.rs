@@ -80,6 +80,8 @@ pub enum Code {
     ArtifactPackageUnsafe,
     /// `murmur.lock` could not be written (warning).
     LockNotWritten,
+    /// A capsule-manifest key Murmur accepts but this runtime does not honour (warning).
+    ManifestKeyNotHonoured,
     /// An artifact manifest key this runtime does not know or cannot honour (warning).
     ArtifactKeyIgnored,
     /// The TLS certificate or key of a door or the host API cannot be used.
@@ -158,6 +160,7 @@ impl Code {
             Code::CredentialEnvDropped => "W-CAP-001",
             Code::DriverKindUnknown => "W-CAP-002",
             Code::ArtifactKeyIgnored => "W-CAP-003",
+            Code::ManifestKeyNotHonoured => "W-MAN-001",
             Code::LockNotWritten => "W-CAP-004",
             Code::SessionCeiling => "E-RUN-080",
             Code::MachineCeiling => "E-RUN-081",

@@ -138,4 +138,17 @@ mod tests {
         assert_eq!(m.lifecycle.queue_depth, 3);
         assert_eq!(m.inference.max_session_tokens, Some(1000));
     }
+
+    #[test]
+    fn murmurs_artifact_keys_are_warned_by_name_and_runtime_defaults_to_tool() {
+        let yaml = "name: hello\ninference:\n  model: m\n  driver: {artifact: d}\nartifacts:\n  - {name: d, runtime: driver, source: d.wasm, gateway: {endpoint: 'http://127.0.0.1:1', keyless: true}}\n  - {name: t, source: t.wasm, local_source: true, prompt_payload: full, on_overflow: drop}\n";
+        let (m, warnings) = parse(yaml, "murmur.yaml").expect("accepted");
+        assert_eq!(m.artifacts[1].runtime, crate::manifest::ArtifactRuntime::Tool, "Murmur's default");
+        let named: Vec<String> =
+            warnings.iter().filter(|w| w.code == Code::ManifestKeyNotHonoured).map(|w| w.to_string()).collect();
+        assert_eq!(named.len(), 3, "{named:?}");
+        for key in ["local_source", "prompt_payload", "on_overflow"] {
+            assert!(named.iter().any(|w| w.contains(&format!("artifacts[1].{key}"))), "{key}: {named:?}");
+        }
+    }
 }

@@ -84,13 +84,14 @@ fn default_version() -> String {
     "0.0.0".to_string()
 }
 
-/// What kind of artifact.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+/// What kind of artifact (`tool` when a capsule manifest does not say, as in Murmur).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ArtifactRuntime {
     /// An inference driver.
     Driver,
     /// A tool the model can call.
+    #[default]
     Tool,
 }
 
@@ -103,7 +104,8 @@ pub struct Artifact {
     /// Version, informational.
     #[serde(default)]
     pub version: Option<String>,
-    /// Driver or tool.
+    /// Driver or tool (`tool` when absent, as in Murmur).
+    #[serde(default)]
     pub runtime: ArtifactRuntime,
     /// A `.wasm` file, or a folder with the artifact's own `murmur.yaml`; relative to the
     /// manifest's folder.
@@ -118,6 +120,15 @@ pub struct Artifact {
     /// This artifact's own grants: they narrow the capsule's, never widen.
     #[serde(default)]
     pub capabilities: Option<Capabilities>,
+    /// Murmur's: whether `source` is a local path (every `source` is, here). Warned, no effect.
+    #[serde(default)]
+    pub local_source: Option<Value>,
+    /// Murmur's: what of a skill goes into the prompt. Warned, no effect.
+    #[serde(default)]
+    pub prompt_payload: Option<Value>,
+    /// Murmur's, hooks only: what a full hook queue does. Warned, no effect.
+    #[serde(default)]
+    pub on_overflow: Option<Value>,
 }
 
 /// `artifacts[].gateway`: the upstream and its credential.

@@ -119,6 +119,20 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
         if a.name.is_empty() {
             err(Code::ManifestInvalid, format!("{at}.name"), "an artifact name is empty".into(), "name the artifact");
         }
+        for (key, set, why) in [
+            ("local_source", a.local_source.is_some(), "every `source` is a local path here"),
+            ("prompt_payload", a.prompt_payload.is_some(), "skills do not run here yet"),
+            ("on_overflow", a.on_overflow.is_some(), "hooks do not run here yet"),
+        ] {
+            if set {
+                err(
+                    Code::ManifestKeyNotHonoured,
+                    format!("{at}.{key}"),
+                    format!("Murmur's `{key}` has no effect in this runtime ({why})"),
+                    "remove it, or keep it for Murmur; the capsule runs either way",
+                );
+            }
+        }
         if a.source.is_none() && a.version.is_none() {
             err(
                 Code::ManifestArtifactRef,
