@@ -3,10 +3,7 @@
 //! supervision tree. Everything that can be refused is refused here, before anything runs,
 //! with a coded error.
 
-use capsule_protocol::lockfile::{LOCK_FILE, Lock, LockEntry, LockHashes};
-use capsule_protocol::manifest::{
-    self, Artifact, ArtifactManifest, ArtifactRuntime, Capabilities, CheckedArtifact, Limits, Manifest,
-};
+use capsule_protocol::manifest::{self, Artifact, ArtifactRuntime, Capabilities, CheckedArtifact, Limits, Manifest};
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
 use capsule_runtime::{
@@ -15,6 +12,7 @@ use capsule_runtime::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::artifact_source::{artifact_module, from_package, read_lock, write_lock};
 use crate::credentials::{CredentialSource, DriverCredential, Sources};
 use crate::error::LaunchError;
 use crate::package;
@@ -91,7 +89,7 @@ pub fn manifest_path(p: &Path) -> PathBuf {
     if p.is_dir() { p.join("murmur.yaml") } else { p.to_path_buf() }
 }
 
-fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Result<Capabilities, Diagnostic> {
+pub(crate) fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Result<Capabilities, Diagnostic> {
     let Some(own) = own else { return Ok(capsule.clone()) };
     let mut c = capsule.clone();
     c.network.allow.retain(|e| own.network.allow.contains(e));
@@ -124,136 +122,6 @@ fn narrow(capsule: &Capabilities, own: Option<&Capabilities>, at: &str) -> Resul
     Ok(c)
 }
 
-/// The component of an artifact folder: its `module` when named; else by Murmur's rule among
-/// the files at the folder's top ([`component_name`]).
-fn artifact_module(folder: &Path, own: &ArtifactManifest, own_path: &Path) -> Result<PathBuf, Diagnostic> {
-    if let Some(m) = &own.module {
-        return Ok(folder.join(m));
-    }
-    let mut tops: Vec<String> = std::fs::read_dir(folder)
-        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().map(String::from)).collect())
-        .unwrap_or_default();
-    tops.sort();
-    Ok(folder.join(component_name(own, &tops, own_path)?))
-}
-
-/// Which file is the component, by Murmur's rule: the `.wasm` at the top that `requires_files`
-/// lists (else any at the top, `tops`), `capsule.wasm` among several.
-fn component_name(own: &ArtifactManifest, tops: &[String], origin: &Path) -> Result<String, Diagnostic> {
-    if let Some(m) = &own.module {
-        return Ok(m.clone());
-    }
-    let top_wasm = |name: &str| !name.contains('/') && name.ends_with(".wasm");
-    let listed: Vec<String> = own.requires_files.iter().filter(|f| top_wasm(f)).cloned().collect();
-    let found: Vec<String> =
-        if listed.is_empty() { tops.iter().filter(|n| top_wasm(n)).cloned().collect() } else { listed };
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        many if many.iter().any(|n| n == "capsule.wasm") => Ok("capsule.wasm".to_string()),
-        [] => Err(Diagnostic::new(
-            Code::ArtifactSourceMissing,
-            origin.display().to_string(),
-            format!("artifact `{}` names no component: no `module`, and no .wasm at the top", own.name),
-            "list the component in requires_files (e.g. `requires_files: [tool.wasm]`) and put it beside murmur.yaml",
-        )),
-        many => Err(Diagnostic::new(
-            Code::ArtifactManifest,
-            origin.display().to_string(),
-            format!("artifact `{}` has several components ({}) and none is capsule.wasm", own.name, many.join(", ")),
-            "list only the component in requires_files, or name it `capsule.wasm`",
-        )),
-    }
-}
-
-/// `murmur.lock` beside the manifest, when there is one.
-fn read_lock(dir: &Path) -> Result<Option<Lock>, LaunchError> {
-    let path = dir.join(LOCK_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Lock::parse(&text).map(Some).map_err(|e| {
-            Diagnostic::new(
-                Code::ArtifactIntegrity,
-                path.display().to_string(),
-                e.to_string(),
-                "fix the file, or delete it so the next launch writes it from what is installed",
-            )
-            .into()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(LaunchError::Io { path, source }),
-    }
-}
-
-/// An artifact named by name and version: its installed package (the lock's version when
-/// there is a lock, checked against the lock's hash), its manifest and its component.
-#[allow(clippy::too_many_arguments, reason = "the launch context, passed as the folder path does")]
-fn from_package(
-    decl: &Artifact,
-    m: &Manifest,
-    stores: &[PathBuf],
-    lock: Option<&Lock>,
-    opts: &LaunchOptions,
-    session_id: &str,
-    meters: (&Path, &DiskMeter),
-    warnings: &mut Vec<Diagnostic>,
-) -> Result<(ReadyArtifact, LockEntry), LaunchError> {
-    let entry = lock.map(|l| l.entry(&decl.name));
-    let version = match entry {
-        Some(Some(e)) => e.resolved_version.clone(),
-        Some(None) => {
-            return Err(Diagnostic::new(
-                Code::ArtifactIntegrity,
-                LOCK_FILE,
-                format!("murmur.lock has no entry for artifact `{}`", decl.name),
-                "delete murmur.lock so the next launch writes it from what is installed",
-            )
-            .into());
-        }
-        None => decl.version.clone().unwrap_or_default(),
-    };
-    let pkg = package::resolve(stores, &decl.name, &version)?;
-    if let Some(Some(e)) = entry
-        && e.sha256.wasm != pkg.sha256
-    {
-        return Err(package::PackageError::Integrity {
-            path: pkg.path.clone(),
-            what: format!("its SHA-256 is {}, but murmur.lock pins {}", pkg.sha256, e.sha256.wasm),
-        }
-        .into());
-    }
-    let origin = format!("{}: murmur.yaml", pkg.path.display());
-    let (own, own_warnings) = manifest::parse_artifact_manifest(&pkg.manifest_text()?, &origin)?;
-    warnings.extend(own_warnings);
-    if own.runtime != decl.runtime {
-        return Err(Diagnostic::new(
-            Code::ArtifactManifest,
-            origin,
-            format!(
-                "artifact `{}` is declared `{:?}` but its package says `{:?}`",
-                decl.name, decl.runtime, own.runtime
-            ),
-            "make the two runtimes agree",
-        )
-        .into());
-    }
-    let name = component_name(&own.manifest, &pkg.top_names(), &pkg.path)?;
-    let bytes = pkg.entry(&name).ok_or_else(|| {
-        Diagnostic::new(
-            Code::ArtifactSourceMissing,
-            origin.clone(),
-            format!("the package has no `{name}`"),
-            "rebuild the package with its component",
-        )
-    })?;
-    let loaded = LoadedArtifact::load_bytes(&opts.host, &decl.name, &pkg.path.join(&name), bytes)?;
-    role_fits(decl, &loaded)?;
-    let at = format!("artifacts[{}].capabilities", decl.name);
-    let caps = narrow(&narrow(&m.capabilities, decl.capabilities.as_ref(), &at)?, own.grants.as_ref(), &at)?;
-    let grants = grants_for(m, decl, &caps, opts, session_id, meters)?;
-    let entry =
-        LockEntry { name: decl.name.clone(), resolved_version: version, sha256: LockHashes { wasm: pkg.sha256 } };
-    Ok((ReadyArtifact { decl: decl.clone(), own: Some(own), loaded, grants }, entry))
-}
-
 /// A driver's kind, from what its declaration names (the artifact's name, its folder
 /// manifest's name, its component's file name): it says how the key goes upstream when the
 /// artifact declares no `upstream_auth`.
@@ -270,7 +138,7 @@ fn driver_kind(decl: &Artifact, own: Option<&CheckedArtifact>) -> KeyStyle {
 /// Refuse a component whose imports rule out the role it is declared with: a driver importing
 /// the tool-only `murmur:task/task`, or a tool importing the driver-only `murmur:text/chunks`.
 /// (Both worlds export the same `run`; a component that imports neither is taken at its word.)
-fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic> {
+pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic> {
     let imports = |prefix: &str| loaded.murmur_imports.iter().find(|i| i.starts_with(prefix));
     let wrong = match decl.runtime {
         ArtifactRuntime::Driver => imports("murmur:task/task").map(|i| (i, "a driver", "a tool")),
@@ -420,19 +288,8 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
         let grants = grants_for(&m, decl, &caps, opts, session_id, (&files, &disk))?;
         artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
     }
-    // Murmur writes the lock on the first run that resolves installed artifacts, and never
-    // rewrites one: the same here. A lock that cannot be written is a warning, not a refusal.
-    if lock.is_none() && !locked.is_empty() {
-        let path = dir.join(LOCK_FILE);
-        let text = Lock { lock_version: 1, artifacts: locked }.render();
-        if let Err(e) = package::write_atomic(&path, text.as_bytes()) {
-            warnings.push(Diagnostic::new(
-                Code::LockNotWritten,
-                path.display().to_string(),
-                format!("murmur.lock could not be written: {e}"),
-                "make the capsule folder writable; until then installed artifacts are not pinned",
-            ));
-        }
+    if lock.is_none() {
+        write_lock(&dir, locked, &mut warnings);
     }
     let mut credentials = HashMap::new();
     for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {
@@ -501,7 +358,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
     Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone(), files })
 }
 
-fn grants_for(
+pub(crate) fn grants_for(
     m: &Manifest,
     decl: &Artifact,
     caps: &Capabilities,

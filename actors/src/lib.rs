@@ -18,6 +18,7 @@
 // The actors, one file (or folder) each with its messages beside it. Private: a user reaches
 // them through a [`Session`] and the re-exports below.
 mod agent_loop;
+mod artifact_source;
 mod choices;
 mod credentials;
 mod gateway;

@@ -384,6 +384,11 @@ impl Session {
         Ok(self.peer(role::LOOP).ask(|reply| LoopMsg::ProvideInput { task_id, text, reply }, wait::JOURNAL).await?)
     }
 
+    /// The running task's id when it waits for a person.
+    pub async fn waiting_task(&self) -> Result<Option<String>, SessionError> {
+        Ok(self.peer(role::LOOP).ask(LoopMsg::Waiting, wait::CONTROL).await?)
+    }
+
     /// Every task of this session, newest first.
     pub async fn list_tasks(&self) -> Result<Vec<TaskRecord>, SessionError> {
         Ok(self.peer(role::LOOP).ask(LoopMsg::ListTasks, wait::CONTROL).await?)

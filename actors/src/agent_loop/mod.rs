@@ -102,6 +102,8 @@ pub enum LoopMsg {
     },
     /// Every task this session knows, newest first (ids are time-ordered UUIDv7s).
     ListTasks(RpcReplyPort<Vec<TaskRecord>>),
+    /// The id of the running task when it waits for a person (`input-required`).
+    Waiting(RpcReplyPort<Option<String>>),
     /// The running tool of `attempt` asks a person (`request-input`); `answer` gets the reply.
     InputRequired {
         /// Attempt the tool call belongs to.
@@ -324,6 +326,10 @@ impl Actor for AgentLoop {
             LoopMsg::ProvideInput { task_id, text, reply } => {
                 let r = state.provide_input(&task_id, text).await;
                 let _ = reply.send(r);
+            }
+            LoopMsg::Waiting(reply) => {
+                let waiting = state.running.as_ref().filter(|r| r.waiting.is_some()).map(|r| r.task_id.clone());
+                let _ = reply.send(waiting);
             }
             LoopMsg::ListTasks(reply) => {
                 let mut all: Vec<TaskRecord> = state.tasks.values().cloned().collect();

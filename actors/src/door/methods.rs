@@ -110,9 +110,8 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
     };
     // As Murmur's door does: while a task waits for a person (`input-required`), a message
     // answers it instead of starting a task, and the answer is the task, working again.
-    if let Ok(tasks) = s.list_tasks().await
-        && let Some(waiting) = tasks.iter().find(|t| t.state == TaskState::InputRequired)
-        && let Ok(Some(Ok(record))) = s.provide_input(&waiting.id, &text).await
+    if let Ok(Some(waiting)) = s.waiting_task().await
+        && let Ok(Some(Ok(record))) = s.provide_input(&waiting, &text).await
     {
         return json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&record)));
     }
