@@ -35,6 +35,8 @@ CRATES=(
   guest-no-run-export
   guest-escape
   tool-ask
+  hook-compact
+  hook-probe
 )
 
 # Workspace crates that are plain Rust libraries (rlib) linked into the

@@ -132,7 +132,13 @@ pub(crate) fn from_package(
             "rebuild the package with its component",
         )
     })?;
-    let loaded = LoadedArtifact::load_bytes(&opts.host, &decl.name, &pkg.path.join(&name), bytes)?;
+    let loaded = LoadedArtifact::load_bytes_as(
+        &opts.host,
+        &decl.name,
+        &pkg.path.join(&name),
+        bytes,
+        crate::launch::component_kind(decl.runtime),
+    )?;
     role_fits(decl, &loaded)?;
     let at = format!("artifacts[{}].capabilities", decl.name);
     let caps = narrow(&narrow(&m.capabilities, decl.capabilities.as_ref(), &at)?, own.grants.as_ref(), &at)?;

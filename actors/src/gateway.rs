@@ -31,6 +31,9 @@ pub enum GatewayMsg {
         request: Box<DriverRequest>,
         /// The choice's `MURMUR_INFERENCE_DRIVER_CONFIG`, for this call.
         config: Option<String>,
+        /// Whether the call's progress reaches the event stream: an agent-loop call's does; an
+        /// internal call's (a hook's `run-inference`) never does.
+        frames: bool,
         /// Answer.
         reply: RpcReplyPort<InferReply>,
     },
@@ -89,8 +92,8 @@ impl Actor for Gateway {
         state: &mut GatewayArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Infer { task_id, request, config, reply } => {
-                let r = infer(state, task_id, *request, config).await;
+            GatewayMsg::Infer { task_id, request, config, frames, reply } => {
+                let r = infer(state, task_id, *request, config, frames).await;
                 let _ = reply.send(r);
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
@@ -99,7 +102,13 @@ impl Actor for Gateway {
     }
 }
 
-async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, config: Option<String>) -> InferReply {
+async fn infer(
+    state: &GatewayArgs,
+    task_id: String,
+    request: DriverRequest,
+    config: Option<String>,
+    frames: bool,
+) -> InferReply {
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
@@ -126,8 +135,8 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
     if let Some(c) = config {
         grants.env.push(("MURMUR_INFERENCE_DRIVER_CONFIG".into(), c));
     }
-    let coalescer = Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok();
-    let emitter = Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok();
+    let coalescer = frames.then(|| Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok()).flatten();
+    let emitter = frames.then(|| Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok()).flatten();
     let sink = DriverSink { task_id, emitter, coalescer: coalescer.clone() };
     let input = match serde_json::to_string(&request) {
         Ok(s) => s,
@@ -172,7 +181,7 @@ async fn infer(state: &GatewayArgs, task_id: String, request: DriverRequest, con
     // The flush frames are with the emitter before the answer (frame order per task). A call
     // that failed completed none of the calls it was writing: they flush nothing.
     let settle = if result.is_ok() { CoalescerMsg::CompleteAll } else { CoalescerMsg::AbandonAll };
-    if let Err(e) = Peer::of(sid, role::COALESCER).ask(settle, wait::COALESCE).await {
+    if frames && let Err(e) = Peer::of(sid, role::COALESCER).ask(settle, wait::COALESCE).await {
         tracing::warn!(session = %sid, error = %e, "progress frames were not flushed before the answer");
     }
     // A call that failed because the provider could not be reached says so, naming where.

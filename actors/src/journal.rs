@@ -31,7 +31,22 @@ pub enum JournalMsg {
         /// Answered after the writes: the first failed write, if any.
         reply: RpcReplyPort<Result<(), WriteFailed>>,
     },
+    /// The context was compacted: write the marker line [`CONTEXT_REPLACED`] and then the new
+    /// context's messages to the conversation record (a restarted or resumed loop rebuilds its
+    /// context from the last marker on), then the trace events; answered like `Append`.
+    Replace {
+        /// Trace events, in order.
+        events: Vec<TraceEvent>,
+        /// The whole new context.
+        messages: Vec<Message>,
+        /// Answered after the writes.
+        reply: RpcReplyPort<Result<(), WriteFailed>>,
+    },
 }
+
+/// The key of the conversation-record line that says "the context is replaced by the messages
+/// after this line".
+pub const CONTEXT_REPLACED: &str = "context_replaced";
 
 /// A journal line that could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -108,18 +123,11 @@ impl Actor for Journal {
                 let _ = write_line(&mut state.trace, &ev, &mut state.failed_writes);
             }
             JournalMsg::Append { events, messages, reply } => {
-                let mut first = Ok(());
-                for m in &messages {
-                    if let Err(source) = write_line(&mut state.conversation, m, &mut state.failed_writes) {
-                        first = first.and(Err(WriteFailed { file: state.paths.conversation_path.clone(), source }));
-                    }
-                }
-                for ev in &events {
-                    if let Err(source) = write_line(&mut state.trace, ev, &mut state.failed_writes) {
-                        first = first.and(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
-                    }
-                }
-                let _ = reply.send(first);
+                let _ = reply.send(append(state, None, &messages, &events));
+            }
+            JournalMsg::Replace { events, messages, reply } => {
+                let marker = serde_json::json!({CONTEXT_REPLACED: {"messages": messages.len()}});
+                let _ = reply.send(append(state, Some(marker), &messages, &events));
             }
             JournalMsg::Flush(reply) => {
                 for f in [&mut state.trace, &mut state.conversation] {
@@ -132,4 +140,31 @@ impl Actor for Journal {
         }
         Ok(())
     }
+}
+
+/// Write an optional marker line and `messages` to the conversation record, then `events` to
+/// the trace: the first failed write, if any.
+fn append(
+    state: &mut JournalState,
+    marker: Option<serde_json::Value>,
+    messages: &[Message],
+    events: &[TraceEvent],
+) -> Result<(), WriteFailed> {
+    let mut first = Ok(());
+    if let Some(m) = marker
+        && let Err(source) = write_line(&mut state.conversation, &m, &mut state.failed_writes)
+    {
+        return Err(WriteFailed { file: state.paths.conversation_path.clone(), source });
+    }
+    for m in messages {
+        if let Err(source) = write_line(&mut state.conversation, m, &mut state.failed_writes) {
+            first = first.and(Err(WriteFailed { file: state.paths.conversation_path.clone(), source }));
+        }
+    }
+    for ev in events {
+        if let Err(source) = write_line(&mut state.trace, ev, &mut state.failed_writes) {
+            first = first.and(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
+        }
+    }
+    first
 }

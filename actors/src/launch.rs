@@ -7,7 +7,8 @@ use capsule_protocol::manifest::{self, Artifact, ArtifactRuntime, Capabilities, 
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
 use capsule_runtime::{
-    ArtifactRole, Beneath, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope, gateway_address,
+    ArtifactRole, Beneath, ComponentKind, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope,
+    gateway_address,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ pub struct Prepared {
     pub artifacts: Vec<ReadyArtifact>,
     /// The system prompt.
     pub system: String,
+    /// `inference.compaction.system_prompt` (or its file's text).
+    pub compaction_prompt: Option<String>,
     /// Resolved driver credentials.
     pub credentials: HashMap<String, DriverCredential>,
     /// The capsule's folder (`--workdir`), absolute: session folders and [`FILES_DIR`].
@@ -143,6 +146,8 @@ pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), 
     let wrong = match decl.runtime {
         ArtifactRuntime::Driver => imports("murmur:task/task").map(|i| (i, "a driver", "a tool")),
         ArtifactRuntime::Tool => imports("murmur:text/chunks").map(|i| (i, "a tool", "a (legacy) driver")),
+        // Loaded against the hook world: its export and imports were checked there.
+        ArtifactRuntime::Hook => None,
     };
     match wrong {
         None => Ok(()),
@@ -155,6 +160,14 @@ pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), 
             ),
             "declare it with the runtime it was built for, or name the right component in `source:`",
         )),
+    }
+}
+
+/// The world an artifact declared with `runtime` is loaded against.
+pub(crate) fn component_kind(runtime: ArtifactRuntime) -> ComponentKind {
+    match runtime {
+        ArtifactRuntime::Hook => ComponentKind::Hook,
+        ArtifactRuntime::Driver | ArtifactRuntime::Tool => ComponentKind::Run,
     }
 }
 
@@ -226,6 +239,19 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
         })?,
         (None, None) => String::new(),
     };
+    let c = &m.inference.compaction;
+    let compaction_prompt = match (&c.system_prompt, &c.system_prompt_file) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(f)) => Some(std::fs::read_to_string(dir.join(f)).map_err(|e| {
+            Diagnostic::new(
+                Code::ManifestInvalid,
+                "inference.compaction.system_prompt_file",
+                format!("cannot read `{f}`: {e}"),
+                "point system_prompt_file at a readable file relative to the manifest",
+            )
+        })?),
+        (None, None) => None,
+    };
 
     let lock = read_lock(&dir)?;
     let stores = package::stores(&dir, opts.env.get("HOME").map(Path::new));
@@ -277,7 +303,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             )
             .into());
         }
-        let loaded = LoadedArtifact::load_file(&opts.host, &decl.name, &module)?;
+        let loaded = LoadedArtifact::load_file_as(&opts.host, &decl.name, &module, component_kind(decl.runtime))?;
         role_fits(decl, &loaded)?;
         let at = format!("artifacts[{}].capabilities", decl.name);
         let caps = narrow(
@@ -355,7 +381,16 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
         }
     }
 
-    Ok(Prepared { manifest: m, warnings, artifacts, system, credentials, workdir: opts.workdir.clone(), files })
+    Ok(Prepared {
+        manifest: m,
+        warnings,
+        artifacts,
+        system,
+        compaction_prompt,
+        credentials,
+        workdir: opts.workdir.clone(),
+        files,
+    })
 }
 
 pub(crate) fn grants_for(
@@ -412,6 +447,21 @@ pub(crate) fn grants_for(
             ArtifactRole::Driver
         }
         ArtifactRuntime::Tool => ArtifactRole::Tool,
+        ArtifactRuntime::Hook => {
+            // Default-deny: the MURMUR_* set only, no folder, no network, a 30 s deadline (or
+            // the capsule's own, when shorter).
+            env.retain(|(k, _)| k.starts_with("MURMUR_"));
+            let deadline_seconds = caps.limits.deadline_seconds.min(crate::hook::HOOK_DEADLINE_SECS);
+            let limits = Limits { deadline_seconds, ..caps.limits };
+            return Ok(Grants {
+                role: ArtifactRole::Hook,
+                env,
+                preopen: None,
+                limits,
+                policy: OutgoingPolicy { allow: Vec::new(), gateway: None },
+                disk: disk.clone(),
+            });
+        }
     };
     let preopen = match role {
         ArtifactRole::Tool => {
@@ -420,7 +470,7 @@ pub(crate) fn grants_for(
             scope.resolve().map_err(LaunchError::Files)?;
             Some(scope)
         }
-        ArtifactRole::Driver => None,
+        ArtifactRole::Driver | ArtifactRole::Hook => None,
     };
     let allow = caps.network.allow.iter().filter_map(|e| manifest::AllowRule::parse(e).ok()).collect();
     Ok(Grants {

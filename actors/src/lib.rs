@@ -9,6 +9,7 @@
 //! ├── SpendMeter     counts tokens per session
 //! ├── Gateway × N    one per driver artifact: runs driver calls
 //! ├── Tools          runs tool calls
+//! ├── Hook × N       one per hook artifact: its one live instance
 //! └── AgentLoop      owns the conversation and the running task
 //! ```
 //!
@@ -36,6 +37,9 @@ pub mod control;
 pub mod door;
 pub mod emitter;
 pub mod error;
+pub mod hook;
+mod hook_inference;
+pub mod hook_messages;
 pub mod host;
 pub mod launch;
 pub mod listener;
@@ -56,7 +60,7 @@ pub use session::{Session, SessionError};
 pub use agent_loop::{InputRefusal, Origin, TaskOutcome, TaskRecord};
 
 /// Resuming a stopped session.
-pub use agent_loop::{INTERRUPTED, ResumeSeed};
+pub use agent_loop::{INTERRUPTED, ResumeSeed, read_conversation};
 pub use journal_check::JOURNAL_FILES;
 
 /// Supervision limits and test hooks a caller may drive.

@@ -14,6 +14,11 @@ pub fn gateway(session_id: &str, artifact: &str) -> String {
     format!("{session_id}/gateway/{artifact}")
 }
 
+/// The actor of a hook artifact.
+pub fn hook(session_id: &str, artifact: &str) -> String {
+    format!("{session_id}/hook/{artifact}")
+}
+
 /// Look an actor up by name.
 pub fn lookup<M: Message>(name: &str) -> Option<ActorRef<M>> {
     ractor::registry::where_is(name).map(ActorRef::from)

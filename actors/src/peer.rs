@@ -68,6 +68,11 @@ impl Peer {
         Peer { name: names::gateway(session_id, artifact), role: "gateway" }
     }
 
+    /// The actor of a hook artifact.
+    pub fn hook(session_id: &str, artifact: &str) -> Peer {
+        Peer { name: names::hook(session_id, artifact), role: "hook" }
+    }
+
     /// The role, as errors name it.
     pub fn role(&self) -> &'static str {
         self.role

@@ -230,7 +230,18 @@ impl Session {
             acceptance: m.lifecycle.task_acceptance,
             queue_depth: m.lifecycle.queue_depth as usize,
             input_timeout: m.lifecycle.input_timeout_secs.map(Duration::from_secs),
+            hooks: Vec::new(),
+            max_task_reopens: m.inference.max_task_reopens,
+            compaction: crate::agent_loop::CompactionConfig {
+                threshold: m.inference.compaction.threshold,
+                window: m.context.max_tokens,
+                model: m.inference.compaction.model.clone(),
+                system_prompt: prepared.compaction_prompt.clone(),
+            },
+            session_hooks: Default::default(),
+            started: std::time::Instant::now(),
         };
+        let mut loop_config = loop_config;
         let mut children = vec![
             ChildSpec::Journal(JournalArgs {
                 trace_path: dir.join("trace.jsonl"),
@@ -266,6 +277,30 @@ impl Session {
                         a.decl.name.clone(),
                         ToolEntry { artifact: a.loaded.clone(), grants: a.grants.clone() },
                     );
+                }
+                ArtifactRuntime::Hook => {
+                    let queue = crate::hook::HookQueue::default();
+                    let contract = a.own.as_ref().and_then(|o| o.hook.clone()).unwrap_or_default();
+                    loop_config.hooks.push(crate::agent_loop::HookRoute {
+                        name: a.decl.name.clone(),
+                        contract,
+                        queue: queue.clone(),
+                    });
+                    let events = std::sync::Arc::new(crate::hook_inference::HookInference {
+                        session_id: session_id.clone(),
+                        hook: a.decl.name.clone(),
+                        primary: choices[0].clone(),
+                        timeout: loop_config.call_timeout,
+                        max_retries: m.inference.max_retries,
+                    });
+                    children.push(ChildSpec::Hook(Box::new(crate::hook::HookArgs {
+                        session_id: session_id.clone(),
+                        host: opts.host.clone(),
+                        artifact: a.loaded.clone(),
+                        grants: a.grants.clone(),
+                        events,
+                        queue,
+                    })));
                 }
             }
         }

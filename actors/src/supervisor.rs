@@ -89,6 +89,8 @@ pub enum ChildSpec {
     Gateway(Box<GatewayArgs>),
     /// The tools actor.
     Tools(Box<ToolsArgs>),
+    /// A hook.
+    Hook(Box<crate::hook::HookArgs>),
     /// The agent loop.
     Loop(Box<LoopConfig>),
 }
@@ -123,6 +125,7 @@ fn role_of(session_id: &str, spec: &ChildSpec) -> (String, String) {
         ChildSpec::Spend(_) => role::SPEND.to_string(),
         ChildSpec::Gateway(a) => format!("gateway/{}", a.artifact.name()),
         ChildSpec::Tools(_) => role::TOOLS.to_string(),
+        ChildSpec::Hook(a) => format!("hook/{}", a.artifact.name()),
         ChildSpec::Loop(_) => role::LOOP.to_string(),
     };
     let name = names::name(session_id, &role);
@@ -145,6 +148,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Spend(a) => Actor::spawn_linked(name, SpendMeter, *a, sup).await?.0.get_cell(),
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
         ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),
+        ChildSpec::Hook(a) => Actor::spawn_linked(name, crate::hook::Hook, *a, sup).await?.0.get_cell(),
         ChildSpec::Loop(a) => Actor::spawn_linked(name, AgentLoop, *a, sup).await?.0.get_cell(),
     })
 }

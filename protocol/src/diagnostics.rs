@@ -98,6 +98,15 @@ pub enum Code {
     ToolInterrupted,
     /// A task waited for a person longer than `lifecycle.input_timeout_secs`.
     InputTimeout,
+    /// A hook's `binding`, `execution_mode` and `commit_policy` do not fit together.
+    HookContract,
+    /// A hook call failed (trap, deadline, limit, or an error it returned); the session goes on.
+    HookFailed,
+    /// A hook returned an output its event does not honour; the output was discarded.
+    HookArmRefused,
+    /// The compaction hook failed, so the over-full context could not be compacted; the task
+    /// failed.
+    CompactionFailed,
     /// An alternate driver choice is staged unavailable: its credential resolves nowhere.
     AlternateUnavailable,
     /// The model is not in the built-in table; defaults are used.
@@ -155,6 +164,10 @@ impl Code {
             Code::MaxTurns => "E-RUN-070",
             Code::ToolInterrupted => "E-RUN-090",
             Code::InputTimeout => "E-RUN-091",
+            Code::HookContract => "E-CAP-012",
+            Code::HookFailed => "E-RUN-092",
+            Code::HookArmRefused => "E-RUN-093",
+            Code::CompactionFailed => "E-RUN-094",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",

@@ -47,6 +47,19 @@ pub enum TraceKind {
     InputRequired,
     /// A client answered a task waiting for input; the tool goes on with the answer.
     InputProvided,
+    /// A hook call failed (trap, deadline, limit, or an error it returned); non-fatal.
+    HookError,
+    /// A hook returned an output its event does not honour (or a full async queue dropped
+    /// an event); the output was discarded.
+    HookDispatchError,
+    /// A hook's `run-inference` call.
+    HookInference,
+    /// The context was compacted.
+    Compaction,
+    /// Occupancy reached the threshold but the context was kept as it was.
+    CompactionDeclined,
+    /// An `on-task-end` hook sent the task back (`reopen-task`).
+    TaskReopened,
 }
 
 impl TraceKind {
@@ -71,6 +84,12 @@ impl TraceKind {
             TraceKind::ControlApplied => "control_applied",
             TraceKind::InputRequired => "input_required",
             TraceKind::InputProvided => "input_provided",
+            TraceKind::HookError => "hook_error",
+            TraceKind::HookDispatchError => "hook_dispatch_error",
+            TraceKind::HookInference => "hook_inference",
+            TraceKind::Compaction => "compaction",
+            TraceKind::CompactionDeclined => "compaction_declined",
+            TraceKind::TaskReopened => "task_reopened",
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::events::GuestEvents;
 use crate::grants::GrantError;
 use crate::grants::{Grants, STDERR_CAPTURE_BYTES};
 use crate::limiter::CallLimiter;
-use crate::load::LoadedArtifact;
+use crate::load::{LoadedArtifact, Pre};
 use crate::policy::{Hooks, ResponseLimit};
 use crate::state::StoreState;
 
@@ -89,7 +89,7 @@ pub struct CallOutcome {
 
 /// `run`, or `Err` once it has used `deadline` of its own time (`own`: wall time minus time
 /// spent waiting for a person).
-async fn within_own_time<F: std::future::Future>(
+pub(crate) async fn within_own_time<F: std::future::Future>(
     run: F,
     deadline: Duration,
     own: &impl Fn() -> Duration,
@@ -110,6 +110,85 @@ fn ticks(d: Duration) -> u64 {
     (d.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
 
+impl CallOutcome {
+    /// A call refused before its instance existed.
+    fn refused(err: CallError) -> CallOutcome {
+        CallOutcome {
+            result: Err(err),
+            instantiate_time: Duration::ZERO,
+            call_time: Duration::ZERO,
+            stderr: String::new(),
+            upstream: None,
+            unreachable: None,
+        }
+    }
+}
+
+/// A fresh store with `grants`: its WASI context, HTTP policy, limiter and event sink, armed
+/// with the instantiation deadline.
+pub(crate) fn new_store(
+    host: &Host,
+    grants: &Grants,
+    events: Arc<dyn GuestEvents>,
+    artifact: &str,
+) -> Result<Store<StoreState>, CallError> {
+    let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+    let wasi = grants.wasi_ctx(stderr.clone()).map_err(|e| {
+        let artifact = artifact.to_string();
+        match e {
+            GrantError::Scope(source) => CallError::Scope { artifact, source },
+            GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
+        }
+    })?;
+    let l = grants.limits;
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(FIELD_SIZE_LIMIT);
+    let mut table = wasmtime::component::ResourceTable::new();
+    table.set_max_capacity(l.resources as usize);
+    let state = StoreState {
+        wasi,
+        http,
+        table,
+        hooks: Hooks {
+            policy: grants.policy.clone(),
+            response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
+            last: Default::default(),
+            unreachable: Default::default(),
+        },
+        limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
+        events,
+        paused: Default::default(),
+        role: grants.role,
+        stderr,
+        disk: CallDisk::new(grants.disk.clone(), l.disk_bytes),
+    };
+    let mut store = Store::new(&host.engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.epoch_deadline_trap();
+    store.set_epoch_deadline(ticks(INSTANTIATE_DEADLINE));
+    Ok(store)
+}
+
+/// Arm `store` with `deadline` of the guest's own time from now: the epoch callback traps past
+/// it, and the returned clock (wall time minus time paused waiting on the host: a person's
+/// answer, a hook's `run-inference`) bounds the outer wait.
+pub(crate) fn arm_deadline(store: &mut Store<StoreState>, deadline: Duration) -> impl Fn() -> Duration + Clone + use<> {
+    store.set_epoch_deadline(ticks(deadline));
+    let t1 = Instant::now();
+    let paused = store.data().paused.clone();
+    let paused_before = paused.total();
+    let own = move || t1.elapsed().saturating_sub(paused.total().saturating_sub(paused_before));
+    let own_epoch = own.clone();
+    store.epoch_deadline_callback(move |_| {
+        let used = own_epoch();
+        if used >= deadline {
+            return Err(Trap::Interrupt.into());
+        }
+        Ok(wasmtime::UpdateDeadline::Continue(ticks(deadline - used)))
+    });
+    own
+}
+
 impl LoadedArtifact {
     /// Run one call with the given grants; live events go to `events`.
     pub async fn call(
@@ -119,53 +198,19 @@ impl LoadedArtifact {
         events: Arc<dyn GuestEvents>,
         input: ToolInput,
     ) -> CallOutcome {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        let wasi = match grants.wasi_ctx(stderr.clone()) {
-            Ok(w) => w,
-            Err(e) => {
-                let artifact = self.name.clone();
-                let err = match e {
-                    GrantError::Scope(source) => CallError::Scope { artifact, source },
-                    GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
-                };
-                return CallOutcome {
-                    result: Err(err),
-                    instantiate_time: Duration::ZERO,
-                    call_time: Duration::ZERO,
-                    stderr: String::new(),
-                    upstream: None,
-                    unreachable: None,
-                };
-            }
+        let Pre::Run(pre) = &self.pre else {
+            return CallOutcome::refused(CallError::Instantiate {
+                artifact: self.name.clone(),
+                source: "a hook has no `run` export; the runtime calls it through its lifecycle".into(),
+            });
         };
         let l = grants.limits;
-        let mut http = WasiHttpCtx::new();
-        http.set_field_size_limit(FIELD_SIZE_LIMIT);
-        let mut table = wasmtime::component::ResourceTable::new();
-        table.set_max_capacity(l.resources as usize);
-        let state = StoreState {
-            wasi,
-            http,
-            table,
-            hooks: Hooks {
-                policy: grants.policy.clone(),
-                response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
-                last: Default::default(),
-                unreachable: Default::default(),
-            },
-            limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
-            events,
-            paused: Default::default(),
-            role: grants.role,
-            stderr: stderr.clone(),
-            disk: CallDisk::new(grants.disk.clone(), l.disk_bytes),
+        let mut store = match new_store(host, grants, events, &self.name) {
+            Ok(s) => s,
+            Err(e) => return CallOutcome::refused(e),
         };
-        let mut store = Store::new(&host.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(ticks(INSTANTIATE_DEADLINE));
         let t0 = Instant::now();
-        let instance = match self.pre.instantiate_async(&mut store).await {
+        let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => {
                 let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
@@ -181,24 +226,11 @@ impl LoadedArtifact {
         };
         let instantiate_time = t0.elapsed();
         let deadline = Duration::from_secs(l.deadline_seconds);
-        store.set_epoch_deadline(ticks(deadline));
         let wit_input = wit::ToolInput { data: input.data, log_path: input.log_path };
         let t1 = Instant::now();
         // Time spent waiting for a person (`request-input`) is not the guest's: past the
         // deadline, the guest goes on for whatever of its own time remains.
-        let paused = store.data().paused.clone();
-        let own = {
-            let paused = paused.clone();
-            move || t1.elapsed().saturating_sub(paused.total())
-        };
-        let own_epoch = own.clone();
-        store.epoch_deadline_callback(move |_| {
-            let used = own_epoch();
-            if used >= deadline {
-                return Err(Trap::Interrupt.into());
-            }
-            Ok(wasmtime::UpdateDeadline::Continue(ticks(deadline - used)))
-        });
+        let own = arm_deadline(&mut store, deadline);
         let run = instance.murmur_tool_run().call_run(&mut store, &wit_input);
         let result = match within_own_time(run, deadline, &own).await {
             Err(_elapsed) => Err(CallError::Deadline { artifact: self.name.clone(), seconds: deadline.as_secs_f64() }),
@@ -239,7 +271,7 @@ impl LoadedArtifact {
         CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream, unreachable }
     }
 
-    fn classify(
+    pub(crate) fn classify(
         &self,
         e: wasmtime::Error,
         store: &Store<StoreState>,
@@ -322,6 +354,6 @@ fn guest_said(stderr: &str) -> String {
     lines.iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default()
 }
 
-fn stderr_text(store: &Store<StoreState>) -> String {
+pub(crate) fn stderr_text(store: &Store<StoreState>) -> String {
     String::from_utf8_lossy(&store.data().stderr.contents()).into_owned()
 }

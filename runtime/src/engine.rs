@@ -93,6 +93,12 @@ impl Host {
         crate::budget::meter_file_writes(&mut linker).map_err(|e| compile_err("<linker>", e))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| compile_err("<linker>", e))?;
         HostWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| compile_err("<linker>", e))?;
+        // Hooks: `run-inference`, and the lifecycle interface they import for its `message`
+        // type only (an instance with no functions: nothing of a hook's own export is callable
+        // from a guest).
+        crate::bindings::hook::murmur::runtime::inference::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| compile_err("<linker>", e))?;
+        linker.instance("murmur:hook/lifecycle@0.5.0").map_err(|e| compile_err("<linker>", e))?;
         let cache = Arc::new(ComponentCache::new(options.cache_dir, &engine));
         Ok(Host { engine, linker: Arc::new(linker), cache })
     }

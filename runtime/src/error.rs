@@ -35,19 +35,24 @@ pub enum LoadError {
         /// What it looks like instead.
         what: &'static str,
     },
-    /// The component lacks `murmur:tool/run@0.1.0`.
+    /// The component lacks the export its kind needs (`murmur:tool/run@0.1.0` for drivers and
+    /// tools, `murmur:hook/lifecycle@0.5.0` for hooks).
     #[error(
-        "{code}: artifact `{artifact}` does not export `murmur:tool/run@0.1.0` (it exports: {exports}); every driver and tool must export it", code = Code::ArtifactMissingExport
+        "{code}: artifact `{artifact}` does not export `{export}` (it exports: {exports}); every {kind} must export it", code = Code::ArtifactMissingExport
     )]
     MissingExport {
         /// Artifact name.
         artifact: String,
+        /// The export it needs.
+        export: &'static str,
+        /// `driver and tool`, or `hook`.
+        kind: &'static str,
         /// What it exports.
         exports: String,
     },
     /// The component imports an interface the host does not provide.
     #[error(
-        "{code}: artifact `{artifact}` imports `{interface}`, which this host does not provide; artifacts may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http)", code = Code::ArtifactUnknownImport
+        "{code}: artifact `{artifact}` imports `{interface}`, which this host does not provide; drivers and tools may import only murmur:stream/events, murmur:text/chunks, murmur:task/task and WASI 0.2 (cli, clocks, random, io, filesystem, http), hooks only murmur:runtime/inference and WASI 0.2", code = Code::ArtifactUnknownImport
     )]
     UnknownImport {
         /// Artifact name.

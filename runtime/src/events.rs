@@ -38,6 +38,34 @@ impl Paused {
 /// The answer to a guest's `request-input`, which the guest awaits.
 pub type InputAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
 
+/// One `run-inference` request from a hook.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceAsk {
+    /// `(role, content)` pairs, as the hook wrote them.
+    pub messages: Vec<(String, String)>,
+    /// The system prompt (`None`: none).
+    pub system_prompt: Option<String>,
+    /// The model (`None`: the primary choice's).
+    pub model: Option<String>,
+}
+
+/// What `run-inference` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InferenceReplyText {
+    /// The reply's text.
+    pub text: String,
+    /// The model the request named.
+    pub model_used: String,
+    /// cl100k count of the request.
+    pub input_tokens: u64,
+    /// cl100k count of the reply.
+    pub output_tokens: u64,
+}
+
+/// The answer to a hook's `run-inference`, which the hook awaits.
+pub type InferenceAnswer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferenceReplyText, String>> + Send>>;
+
 /// Receiver of `murmur:stream/events` and `murmur:text/chunks` calls, and of `request-input`.
 pub trait GuestEvents: Send + Sync {
     /// `emit-chunk`.
@@ -54,6 +82,12 @@ pub trait GuestEvents: Send + Sync {
     fn request_input(&self, prompt: String) -> InputAnswer {
         let _ = prompt;
         Box::pin(std::future::ready("error: this session cannot ask a person for input".to_string()))
+    }
+    /// `run-inference` from a hook: one completion through the primary driver choice. It may
+    /// wait; the wait does not count toward the hook's deadline.
+    fn run_inference(&self, ask: InferenceAsk) -> InferenceAnswer {
+        let _ = ask;
+        Box::pin(std::future::ready(Err("run-inference is available to hooks only".to_string())))
     }
 }
 

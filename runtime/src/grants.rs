@@ -23,6 +23,8 @@ pub enum ArtifactRole {
     Driver,
     /// A tool.
     Tool,
+    /// A lifecycle hook: no folder, no network, `run-inference` only.
+    Hook,
 }
 
 /// Everything one store is granted.

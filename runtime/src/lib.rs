@@ -24,6 +24,7 @@ mod engine;
 mod error;
 mod events;
 mod grants;
+mod hook;
 mod limiter;
 mod load;
 mod policy;
@@ -35,7 +36,10 @@ pub use cache::{CacheHit, ComponentCache};
 pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
 pub use engine::{EPOCH_TICK, Host, HostOptions};
 pub use error::{CallError, LoadError};
-pub use events::{GuestEvents, InputAnswer, NoEvents, Paused};
+pub use events::{GuestEvents, InferenceAnswer, InferenceAsk, InferenceReplyText, InputAnswer, NoEvents, Paused};
 pub use grants::{ArtifactRole, Grants, Scope};
-pub use load::{ALLOWED_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT};
+pub use hook::{HookError, HookEvent, HookInstance, HookOutput};
+pub use load::{
+    ALLOWED_MURMUR_IMPORTS, ComponentKind, HOOK_EXPORT, HOOK_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT,
+};
 pub use policy::{Credential, GatewayRoute, KeyStyle, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};

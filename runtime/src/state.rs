@@ -81,3 +81,26 @@ impl murmur::task::task::Host for StoreState {
         text
     }
 }
+
+impl crate::bindings::hook::murmur::runtime::inference::Host for StoreState {
+    async fn run_inference(
+        &mut self,
+        request: crate::bindings::hook::murmur::runtime::inference::InferenceRequest,
+    ) -> Result<crate::bindings::hook::murmur::runtime::inference::InferenceResponse, String> {
+        let ask = crate::events::InferenceAsk {
+            messages: request.messages.into_iter().map(|m| (m.role, m.content)).collect(),
+            system_prompt: request.system_prompt,
+            model: request.model,
+        };
+        let answer = self.events.run_inference(ask);
+        self.paused.start();
+        let reply = answer.await;
+        self.paused.stop();
+        reply.map(|r| crate::bindings::hook::murmur::runtime::inference::InferenceResponse {
+            text: r.text,
+            model_used: r.model_used,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+        })
+    }
+}

@@ -80,7 +80,7 @@ async fn a_folder_without_module_is_found_by_murmurs_rule_or_refused_saying_what
     for (cap, code, says) in [
         (launch("two", "name: notes\nruntime: tool\n", &["a.wasm", "b.wasm"]), "E-CAP-006", "several components"),
         (launch("none", "name: notes\nruntime: tool\n", &[]), "E-CAP-001", "names no component"),
-        (launch("hook", "name: h\nruntime: hook\n", &["h.wasm"]), "E-CAP-008", "do not run in this runtime"),
+        (launch("skill", "name: s\nruntime: skill\n", &["s.wasm"]), "E-CAP-008", "do not run in this runtime"),
     ] {
         let e = cap.launch().await.err().expect("refused").to_string();
         assert!(e.contains(code) && e.contains(says), "{e}");

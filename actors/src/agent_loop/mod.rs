@@ -13,13 +13,17 @@
 //! (the running task is taken out of the state when it finishes).
 
 mod ask;
-mod call;
+pub(crate) mod call;
+mod compaction;
+mod hooks;
 mod intake;
 mod resume;
 mod settings;
 mod task;
 
 pub use ask::InputRefusal;
+pub use compaction::CompactionConfig;
+pub use hooks::HookRoute;
 pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 
 use crate::control::{ControlError, Principal, SettingChange};
@@ -222,6 +226,16 @@ pub struct LoopConfig {
     pub queue_depth: usize,
     /// `lifecycle.input_timeout_secs`.
     pub input_timeout: Option<std::time::Duration>,
+    /// The hooks, in declaration order.
+    pub hooks: Vec<HookRoute>,
+    /// `inference.max_task_reopens`.
+    pub max_task_reopens: u32,
+    /// `inference.compaction` and `context.max_tokens`.
+    pub compaction: CompactionConfig,
+    /// Whether `on-session-start` has fired (kept across restarts of the loop).
+    pub session_hooks: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// When the session started.
+    pub started: std::time::Instant,
 }
 
 /// A controller's `inference.max_tokens` (0: none set; the choice's own cap applies). The loop
@@ -275,6 +289,8 @@ pub struct LoopState {
     /// Questions asked so far (`request-input`): a timer fires only for the question it was
     /// started for.
     pub(crate) asked: u64,
+    /// What `on-session-end` reports.
+    pub(crate) totals: hooks::Totals,
 }
 
 /// The agent loop actor.
@@ -298,6 +314,7 @@ impl Actor for AgentLoop {
             counter: crate::spend::tokens::TokenCounter::new(),
             last_applied: None,
             asked: 0,
+            totals: Default::default(),
         };
         state.restore(restored);
         Ok(state)

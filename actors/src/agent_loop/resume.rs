@@ -40,9 +40,19 @@ pub struct ResumeSeed {
 /// Code of the result given to a tool call interrupted by a stop of the process.
 pub const INTERRUPTED: &str = capsule_protocol::Code::ToolInterrupted.as_str();
 
-/// The messages of a conversation record (its verified lines).
+/// The context a conversation record holds: its verified message lines from the last
+/// compaction marker on (the whole record when the context was never compacted).
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
-    crate::emitter::journal_records(path).iter().filter_map(|l| serde_json::from_slice(l).ok()).collect()
+    let mut context = Vec::new();
+    for line in crate::emitter::journal_records(path) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
+        if v.get(crate::journal::CONTEXT_REPLACED).is_some() {
+            context.clear();
+        } else if let Ok(m) = serde_json::from_value(v) {
+            context.push(m);
+        }
+    }
+    context
 }
 
 impl LoopState {
@@ -113,6 +123,8 @@ impl LoopState {
             estimate: 0,
             choice: 0,
             waiting: None,
+            reopens: 0,
+            task_end_fired: false,
         });
         self.tasks.insert(
             task_id.clone(),

@@ -40,14 +40,18 @@ pub struct Running {
     pub(crate) choice: usize,
     /// The running tool's `request-input`, while the task waits for a person.
     pub(crate) waiting: Option<tokio::sync::oneshot::Sender<String>>,
+    /// Times an `on-task-end` hook sent this task back.
+    pub(crate) reopens: u32,
+    /// Whether `on-task-end` fired for the current attempt at an end.
+    pub(crate) task_end_fired: bool,
 }
 
 impl LoopState {
-    fn sid(&self) -> &str {
+    pub(crate) fn sid(&self) -> &str {
         &self.config.session_id
     }
 
-    fn peer(&self, role: &'static str) -> Peer {
+    pub(crate) fn peer(&self, role: &'static str) -> Peer {
         Peer::of(self.sid(), role)
     }
 
@@ -135,15 +139,20 @@ impl LoopState {
             estimate: 0,
             choice: 0,
             waiting: None,
+            reopens: 0,
+            task_end_fired: false,
         };
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Reset);
         let started = json!({"task_id": running.task_id, "context_id": running.context_id, "text": text});
+        let (task_id, context_id, input_bytes) =
+            (running.task_id.clone(), running.context_id.clone(), text.len() as u64);
         self.running = Some(running);
         // One awaited append: the user message and `task_start` are written before the task
         // acts (and before its submitter hears it was accepted).
         if let Err(e) = self.record_with(Message::user_text(text), vec![(TraceKind::TaskStart, started)]).await {
             return self.fail_unjournaled(e).await;
         }
+        self.task_started(&task_id, &context_id, input_bytes).await;
         self.next_turn(myself).await;
     }
 
@@ -157,7 +166,17 @@ impl LoopState {
             );
             return self.finish(ExitStatus::MaxTurnsReached, message).await;
         }
+        // Compaction comes before the turn is counted: it never costs one.
+        let window = {
+            let c = &self.config;
+            c.choices[c.choice_in_use.get().min(c.choices.len().saturating_sub(1))].context_window
+        };
+        if let Err(message) = self.compact_if_full(window).await {
+            return self.finish(ExitStatus::Failed, message).await;
+        }
+        let Some(r) = self.running.as_mut() else { return };
         r.turn += 1;
+        self.totals.turns += 1;
         r.turn_started = Instant::now();
         let (task_id, attempt, turn) = (r.task_id.clone(), r.attempt, r.turn);
         let context_id = r.context_id.clone();
@@ -225,6 +244,7 @@ impl LoopState {
                 estimate,
                 max_output,
                 timeout,
+                frames: true,
             };
             let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
@@ -280,6 +300,9 @@ impl LoopState {
         if let Err(e) = self.record(message).await {
             return self.fail_unjournaled(e).await;
         }
+        let output_tokens = usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::spend::tokens::count(&text));
+        let input_tokens = usage.map(|u| u.input_tokens).unwrap_or(estimate);
+        self.inference_answered(input_tokens, output_tokens, &text, &calls).await;
         self.continuation = match reply.continuation_id {
             Some(id) if !id.is_empty() => Some(super::HeldContinuation {
                 id,
@@ -296,7 +319,19 @@ impl LoopState {
                 }
                 self.run_next_call(myself).await;
             }
-            _ => self.finish(ExitStatus::Ok, text).await,
+            _ => {
+                if let Some((hook, reason)) = self.task_ending(ExitStatus::Ok.as_str()).await {
+                    let feedback = format!(
+                        "The previous answer was not accepted. Feedback from hook `{hook}`:\n{}\nAddress it, then answer again.",
+                        reason.trim()
+                    );
+                    if let Err(e) = self.record(Message::user_text(feedback)).await {
+                        return self.fail_unjournaled(e).await;
+                    }
+                    return self.next_turn(myself).await;
+                }
+                self.finish(ExitStatus::Ok, text).await
+            }
         }
     }
 
@@ -397,6 +432,7 @@ impl LoopState {
         if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, finished)]).await {
             return self.fail_unjournaled(e).await;
         }
+        self.tool_answered(&name, input.to_string().len() as u64, &reply).await;
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {
@@ -434,6 +470,9 @@ impl LoopState {
     }
 
     pub(crate) async fn finish(&mut self, status: ExitStatus, text: String) {
+        // `on-task-end` for every end; a reopen it asks for is honoured only where the task
+        // ended ok (`on_inference`), so here it is traced refused.
+        self.task_ending(status.as_str()).await;
         let Some(mut r) = self.running.take() else { return };
         let result_text = if status == ExitStatus::Ok { text.clone() } else { format!("error: {text}") };
         let result_path = self.config.out_dir.join("result.txt");
@@ -486,6 +525,7 @@ impl LoopState {
         if self.running.is_some() {
             self.finish(ExitStatus::Canceled, "the session ended before the task finished".into()).await;
         }
+        self.session_ended("ok").await;
         self.trace(TraceKind::SessionEnd, json!({"tasks": self.attempts}));
         self.flush().await;
     }

@@ -39,7 +39,8 @@ impl ArtifactKind {
         match self {
             ArtifactKind::Tool => Some(ArtifactRuntime::Tool),
             ArtifactKind::Driver => Some(ArtifactRuntime::Driver),
-            ArtifactKind::Hook | ArtifactKind::Skill => None,
+            ArtifactKind::Hook => Some(ArtifactRuntime::Hook),
+            ArtifactKind::Skill => None,
         }
     }
 }
@@ -129,6 +130,141 @@ pub struct CheckedArtifact {
     /// Grants in this runtime's own shape, which narrow the capsule's; `None` when the
     /// manifest has none, or has them in a shape this runtime does not honour (warned).
     pub grants: Option<Capabilities>,
+    /// For hooks: when it runs, whether the loop waits, and what it may commit.
+    pub hook: Option<HookContract>,
+}
+
+/// The lifecycle functions a hook may be bound to, in the order they run.
+pub const HOOK_BINDINGS: [&str; 9] = [
+    "on-stage",
+    "on-session-start",
+    "on-task-start",
+    "on-inference",
+    "on-tool-call",
+    "on-shell",
+    "on-compaction",
+    "on-task-end",
+    "on-session-end",
+];
+
+/// A hook's `binding`, `execution_mode` and `commit_policy`, checked against each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookContract {
+    /// The one event it runs at; `None`: every event but `on-stage`.
+    pub binding: Option<&'static str>,
+    /// `execution_mode: blocking` (the default): the loop waits for it.
+    pub blocking: bool,
+    /// `none`, `replace-context`, `write-manifests` or `reopen-task`.
+    pub commit_policy: &'static str,
+}
+
+impl Default for HookContract {
+    fn default() -> Self {
+        HookContract { binding: None, blocking: true, commit_policy: "none" }
+    }
+}
+
+impl HookContract {
+    /// Whether the hook runs at `event`.
+    pub fn runs_at(&self, event: &str) -> bool {
+        match self.binding {
+            None => event != "on-stage",
+            Some(b) => b == event,
+        }
+    }
+}
+
+/// The one output arm (besides `none`) each event honours, as in Murmur.
+pub fn honoured_arm(event: &str) -> Option<&'static str> {
+    match event {
+        "on-stage" => Some("write-manifests"),
+        "on-inference" => Some("artifact"),
+        "on-compaction" => Some("replace-context"),
+        "on-task-end" => Some("reopen-task"),
+        _ => None,
+    }
+}
+
+/// The commit policy a binding can have honoured (`artifact` has no policy spelling).
+fn policy_for(binding: &str) -> Option<&'static str> {
+    match honoured_arm(binding) {
+        Some("artifact") | None => None,
+        other => other,
+    }
+}
+
+fn contract(m: &ArtifactManifest, origin: &str) -> Result<HookContract, Diagnostics> {
+    let bad = |key: &str, why: String, fix: &str| -> Diagnostics {
+        Diagnostic::new(Code::HookContract, format!("{origin}: {key}"), why, fix).into()
+    };
+    let binding = match m.binding.as_deref() {
+        None => None,
+        Some(b) => match HOOK_BINDINGS.iter().find(|k| **k == b) {
+            Some(k) => Some(*k),
+            None => {
+                return Err(bad(
+                    "binding",
+                    format!("`{b}` is not a lifecycle event"),
+                    &format!("use one of {}, or leave binding out to get every event", HOOK_BINDINGS.join(", ")),
+                ));
+            }
+        },
+    };
+    let blocking = match m.execution_mode.as_deref() {
+        None | Some("blocking") => true,
+        Some("async") => false,
+        Some(other) => {
+            return Err(bad(
+                "execution_mode",
+                format!("`{other}` is not blocking or async"),
+                "write blocking or async",
+            ));
+        }
+    };
+    let commit_policy = match m.commit_policy.as_deref() {
+        None => "none",
+        Some(p) => match ["none", "replace-context", "write-manifests", "reopen-task"].into_iter().find(|k| *k == p) {
+            Some(k) => k,
+            None => {
+                return Err(bad(
+                    "commit_policy",
+                    format!("`{p}` is not a commit policy"),
+                    "write none, replace-context, write-manifests or reopen-task",
+                ));
+            }
+        },
+    };
+    if !blocking && commit_policy != "none" {
+        return Err(bad(
+            "execution_mode",
+            format!("an async hook commits nothing, but this one declares commit_policy `{commit_policy}`"),
+            "make it `execution_mode: blocking`, or `commit_policy: none`",
+        ));
+    }
+    if binding == Some("on-stage") && !blocking {
+        return Err(bad(
+            "execution_mode",
+            "an on-stage hook must be blocking".into(),
+            "write `execution_mode: blocking`",
+        ));
+    }
+    if let Some(b) = binding
+        && commit_policy != "none"
+        && policy_for(b) != Some(commit_policy)
+    {
+        return Err(bad(
+            "commit_policy",
+            format!(
+                "commit_policy `{commit_policy}` can never be honoured at `{b}`, which honours {}",
+                policy_for(b).map_or("only none".to_string(), |p| format!("`{p}`"))
+            ),
+            &format!(
+                "write `commit_policy: {}`, or bind the hook to the event that commits `{commit_policy}`",
+                policy_for(b).unwrap_or("none")
+            ),
+        ));
+    }
+    Ok(HookContract { binding, blocking, commit_policy })
 }
 
 fn warn(origin: &str, key: &str, why: String, fix: &str) -> Diagnostic {
@@ -226,6 +362,7 @@ pub fn check(m: ArtifactManifest, origin: &str) -> Result<(CheckedArtifact, Vec<
             .into());
         }
     }
+    let hook = if runtime == ArtifactRuntime::Hook { Some(contract(&m, origin)?) } else { None };
     let hook_keys: Vec<&str> = [
         ("binding", m.binding.is_some()),
         ("execution_mode", m.execution_mode.is_some()),
@@ -234,7 +371,7 @@ pub fn check(m: ArtifactManifest, origin: &str) -> Result<(CheckedArtifact, Vec<
     .into_iter()
     .filter_map(|(k, set)| set.then_some(k))
     .collect();
-    if !hook_keys.is_empty() {
+    if hook.is_none() && !hook_keys.is_empty() {
         warnings.push(warn(
             origin,
             &hook_keys.join(", "),
@@ -281,7 +418,7 @@ pub fn check(m: ArtifactManifest, origin: &str) -> Result<(CheckedArtifact, Vec<
         ));
     }
     let description = m.description.as_deref().map(str::trim).filter(|d| !d.is_empty()).map(String::from);
-    Ok((CheckedArtifact { manifest: m, runtime, description, schema, grants }, warnings))
+    Ok((CheckedArtifact { manifest: m, runtime, description, schema, grants, hook }, warnings))
 }
 
 #[cfg(test)]
@@ -330,9 +467,36 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_contract_is_checked_binding_against_commit_policy_and_mode() {
+        let (a, w) = parsed("name: c\nruntime: hook\nbinding: on-compaction\ncommit_policy: replace-context\n")
+            .expect("accepted");
+        assert!(w.is_empty(), "{w:?}");
+        let c = a.hook.expect("a hook contract");
+        assert_eq!((c.binding, c.blocking, c.commit_policy), (Some("on-compaction"), true, "replace-context"));
+        assert!(c.runs_at("on-compaction") && !c.runs_at("on-inference"));
+        let all = parsed("name: c\nruntime: hook\ncommit_policy: reopen-task\n").expect("no binding: any policy");
+        let all = all.0.hook.expect("contract");
+        assert!(all.runs_at("on-inference") && !all.runs_at("on-stage"), "no binding: every event but on-stage");
+        for (yaml, key) in [
+            ("binding: on-inference\ncommit_policy: replace-context\n", "commit_policy"),
+            ("binding: on-task-end\ncommit_policy: replace-context\n", "commit_policy"),
+            ("binding: on-compaction\nexecution_mode: async\ncommit_policy: replace-context\n", "execution_mode"),
+            ("binding: on-stage\nexecution_mode: async\n", "execution_mode"),
+            ("binding: on-lunch\n", "binding"),
+            ("execution_mode: eventually\n", "execution_mode"),
+            ("commit_policy: everything\n", "commit_policy"),
+        ] {
+            let e = parsed(&format!("name: h\nruntime: hook\n{yaml}")).expect_err(yaml);
+            assert_eq!(e.0[0].code, Code::HookContract, "{yaml}");
+            assert!(e.0[0].to_string().contains(key), "{yaml}: {e}");
+        }
+        assert_eq!(honoured_arm("on-inference"), Some("artifact"));
+        assert_eq!(honoured_arm("on-tool-call"), None);
+    }
+
+    #[test]
     fn what_cannot_run_here_is_refused_with_its_own_code() {
         for (yaml, key) in [
-            ("name: h\nruntime: hook\n", "runtime"),
             ("name: s\nruntime: skill\n", "runtime"),
             ("name: nat\nruntime: tool\nimplementation: native\n", "implementation"),
             ("name: nat\nruntime: tool\nexecution: static\n", "execution"),

@@ -11,7 +11,9 @@ mod parse;
 mod types;
 mod validate;
 
-pub use artifact::{ArtifactKind, ArtifactManifest, CheckedArtifact, UpstreamAuth};
+pub use artifact::{
+    ArtifactKind, ArtifactManifest, CheckedArtifact, HOOK_BINDINGS, HookContract, UpstreamAuth, honoured_arm,
+};
 pub use parse::{parse, parse_artifact_manifest};
 pub use types::*;
 pub use validate::{

@@ -93,6 +93,8 @@ pub enum ArtifactRuntime {
     /// A tool the model can call.
     #[default]
     Tool,
+    /// A lifecycle hook: the runtime calls it; the model never sees it.
+    Hook,
 }
 
 /// One entry of `artifacts[]`.
@@ -310,6 +312,56 @@ pub struct Inference {
     /// traced), waiting its `retry-after` or a doubling backoff.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// Times an `on-task-end` hook may send a task back (`reopen-task`).
+    #[serde(default = "default_max_task_reopens")]
+    pub max_task_reopens: u32,
+    /// When and how the context is compacted.
+    #[serde(default)]
+    pub compaction: Compaction,
+}
+
+fn default_max_task_reopens() -> u32 {
+    1
+}
+
+/// `inference.compaction`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Compaction {
+    /// Occupancy (a fraction of the window) at which `on-compaction` runs.
+    #[serde(default = "default_threshold")]
+    pub threshold: f64,
+    /// The model a compaction hook should summarise with (handed to the hook).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The system prompt a compaction hook should use (handed to the hook).
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// The same, from a file relative to the manifest.
+    #[serde(default)]
+    pub system_prompt_file: Option<String>,
+    /// Murmur's: keep each summary in `out/compaction-summaries.jsonl`.
+    #[serde(default)]
+    pub dump_summaries: bool,
+}
+
+/// The default compaction threshold.
+pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 0.98;
+
+fn default_threshold() -> f64 {
+    DEFAULT_COMPACTION_THRESHOLD
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction {
+            threshold: DEFAULT_COMPACTION_THRESHOLD,
+            model: None,
+            system_prompt: None,
+            system_prompt_file: None,
+            dump_summaries: false,
+        }
+    }
 }
 
 /// The default number of retries of a call a provider answered 429 or 5xx.
