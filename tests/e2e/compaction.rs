@@ -122,3 +122,24 @@ async fn a_compaction_that_drops_a_tool_result_is_declined_and_the_task_goes_on(
     assert!(last.to_string().contains("beta3999") && last.to_string().contains("alpha3999"));
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_hook_that_fails_fails_the_task_with_its_code_and_the_session_goes_on() {
+    let stub = stub(two_reads());
+    let hook = probe("commit_policy: replace-context\n");
+    let cap = hooked(&stub.url(), "probe-failcompact", &[("probe", "hook-probe", &hook)], THRESHOLD, WINDOW);
+    big_files(&cap);
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "read both files").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Failed);
+    assert!(outcome.message.contains("E-RUN-094") && outcome.message.contains("probe"), "{}", outcome.message);
+    assert_eq!(stub.requests().len(), 2, "no request was sent over the window");
+    let t = trace(&session);
+    let errors = events(&t, "hook_error");
+    assert_eq!((errors.len(), errors[0]["event"].as_str()), (1, Some("on-compaction")), "{errors:?}");
+    // The session still serves: the next task is answered with the same coded failure, at once.
+    let (again, _) = run_task(&session, "and again").await;
+    assert!(again.message.contains("E-RUN-094"), "{}", again.message);
+    assert_eq!(stub.requests().len(), 2);
+    session.shutdown().await;
+}

@@ -11,6 +11,7 @@
 //! | `spin` | `on-inference` | a loop that never ends |
 //! | `outside` | `on-inference` | `replace-context`, which only compaction may return |
 //! | `drop` | `on-compaction` | the history without its tool results |
+//! | `failcompact` | `on-compaction` | an error string |
 //! | `error` | `on-tool-call` | an error string |
 //!
 //! Everything else is answered `none`.
@@ -89,6 +90,9 @@ impl Guest for Component {
         Ok(HookOutput::None)
     }
     fn on_compaction(e: CompactionEvent) -> Result<HookOutput, String> {
+        if SEEN.lock().unwrap_or_else(|p| p.into_inner()).0.contains("failcompact") {
+            return Err("hook-probe: cannot compact, on purpose".into());
+        }
         match mode("drop") {
             Some(_) => Ok(HookOutput::ReplaceContext(e.messages.into_iter().filter(|m| m.role != "tool").collect())),
             None => Ok(HookOutput::None),

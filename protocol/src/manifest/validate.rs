@@ -122,7 +122,11 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
         for (key, set, why) in [
             ("local_source", a.local_source.is_some(), "every `source` is a local path here"),
             ("prompt_payload", a.prompt_payload.is_some(), "skills do not run here yet"),
-            ("on_overflow", a.on_overflow.is_some(), "hooks do not run here yet"),
+            (
+                "on_overflow",
+                a.on_overflow.is_some(),
+                "a full async hook queue always drops the new event and traces it (hook_dispatch_error queue-overflow)",
+            ),
         ] {
             if set {
                 err(
@@ -219,6 +223,31 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
             "inference.max_turns".into(),
             "max_turns must be at least 1".into(),
             "set max_turns to 1 or more, or remove it for the default 10",
+        );
+    }
+    let c = &inf.compaction;
+    if !(c.threshold > 0.0 && c.threshold <= 1.0) {
+        err(
+            Code::ManifestInvalid,
+            "inference.compaction.threshold".into(),
+            format!("the threshold is {}; it is a fraction of the context window, above 0 and at most 1", c.threshold),
+            "set it between 0 and 1 (e.g. 0.85), or remove it for the default 0.98",
+        );
+    }
+    if c.system_prompt.is_some() && c.system_prompt_file.is_some() {
+        err(
+            Code::ManifestInvalid,
+            "inference.compaction.system_prompt_file".into(),
+            "both system_prompt and system_prompt_file are set".into(),
+            "keep one of them",
+        );
+    }
+    if c.dump_summaries {
+        err(
+            Code::ManifestKeyNotHonoured,
+            "inference.compaction.dump_summaries".into(),
+            "Murmur's `dump_summaries` has no effect in this runtime: every committed compaction is in trace.jsonl (`compaction`) and the new context in conversation.jsonl".into(),
+            "remove it, or keep it for Murmur; the capsule runs either way",
         );
     }
     if inf.max_retries > 10 {
