@@ -119,6 +119,7 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
         policy: OutgoingPolicy {
             allow: Vec::new(),
             gateway: Some(GatewayRoute {
+                traceparent: None,
                 endpoint: endpoint.parse().expect("stub url"),
                 fixed: None,
                 key: None,

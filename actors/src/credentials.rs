@@ -170,7 +170,7 @@ impl DriverCredential {
             (Some(a), Some(k)) => Credential::templated(&a.header, &a.value, &k.0),
             _ => None,
         };
-        Ok(GatewayRoute { endpoint: self.endpoint.clone(), fixed, key, style: self.style })
+        Ok(GatewayRoute { endpoint: self.endpoint.clone(), fixed, key, style: self.style, traceparent: None })
     }
 }
 

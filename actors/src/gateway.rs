@@ -34,6 +34,8 @@ pub enum GatewayMsg {
         /// Whether the call's progress reaches the event stream: an agent-loop call's does; an
         /// internal call's (a hook's `run-inference`) never does.
         frames: bool,
+        /// The W3C `traceparent` of the task the call serves, sent upstream.
+        traceparent: Option<String>,
         /// Answer.
         reply: RpcReplyPort<InferReply>,
     },
@@ -92,8 +94,9 @@ impl Actor for Gateway {
         state: &mut GatewayArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Infer { task_id, request, config, frames, reply } => {
-                let r = infer(state, task_id, *request, config, frames).await;
+            GatewayMsg::Infer { task_id, request, config, frames, traceparent, reply } => {
+                let call = Call { task_id, config, frames, traceparent };
+                let r = infer(state, call, *request).await;
                 let _ = reply.send(r);
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
@@ -102,13 +105,16 @@ impl Actor for Gateway {
     }
 }
 
-async fn infer(
-    state: &GatewayArgs,
+/// What one call carries besides its request.
+struct Call {
     task_id: String,
-    request: DriverRequest,
     config: Option<String>,
     frames: bool,
-) -> InferReply {
+    traceparent: Option<String>,
+}
+
+async fn infer(state: &GatewayArgs, call: Call, request: DriverRequest) -> InferReply {
+    let Call { task_id, config, frames, traceparent } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
@@ -126,6 +132,10 @@ async fn infer(
             };
         }
     };
+    let mut route = route;
+    if let Some(r) = route.as_mut() {
+        r.traceparent = traceparent.and_then(|t| http::HeaderValue::from_str(&t).ok());
+    }
     let endpoint = route.as_ref().map(|r| r.endpoint.to_string());
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;

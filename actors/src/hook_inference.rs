@@ -70,6 +70,7 @@ impl HookInference {
             max_output: u64::from(p.max_tokens),
             timeout: self.timeout,
             frames: false,
+            traceparent: None,
         };
         let retry = Retry { max: self.max_retries, journal: journal.clone(), session: self.session_id.clone() };
         let reply = admitted_call(planned, retry).await;

@@ -45,6 +45,7 @@ pub mod launch;
 pub mod listener;
 pub mod local_origin;
 pub mod names;
+pub mod otel;
 pub mod package;
 pub mod peer;
 pub mod session;

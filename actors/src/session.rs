@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use capsule_runtime::Beneath;
 
-use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskOutcome, TaskRecord};
+use crate::agent_loop::{LoopConfig, LoopMsg, Origin, TaskOutcome, TaskRecord, TaskRequest};
 use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::LaunchError;
@@ -208,6 +208,17 @@ impl Session {
             .unwrap_or(600);
         let first_frame_id = resume.as_ref().map_or(1, |r| r.next_frame_id.max(1));
         let credentials_book = crate::credentials::CredentialsBook::default();
+        let telemetry = match &m.observability.otel_endpoint {
+            None => None,
+            Some(e) => Some(crate::otel::Telemetry::start(e, &m.name, &m.version, &session_id).await.map_err(|e| {
+                capsule_protocol::Diagnostic::new(
+                    Code::ManifestInvalid,
+                    "observability.otel_endpoint",
+                    format!("{e}: {}", e.source),
+                    "write the collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318",
+                )
+            })?),
+        };
         let loop_config = LoopConfig {
             session_id: session_id.clone(),
             capsule_name: m.name.clone(),
@@ -240,6 +251,7 @@ impl Session {
             },
             session_hooks: Default::default(),
             started: std::time::Instant::now(),
+            telemetry,
         };
         let mut loop_config = loop_config;
         let mut children = vec![
@@ -372,9 +384,7 @@ impl Session {
     pub async fn submit(&self, text: &str) -> Result<TaskOutcome, SessionError> {
         let text = text.to_string();
         let submit = |reply| LoopMsg::Submit {
-            text,
-            context_id: None,
-            origin: Origin::Launch,
+            request: TaskRequest { text, context_id: None, origin: Origin::Launch, traceparent: None },
             accepted: None,
             reply: Some(reply),
         };
@@ -387,15 +397,14 @@ impl Session {
         &self,
         text: &str,
         context_id: Option<String>,
+        traceparent: Option<String>,
     ) -> Result<(TaskRecord, oneshot::Receiver<TaskOutcome>), SessionError> {
         let loop_peer = self.peer(role::LOOP);
         let (acc_tx, acc_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let port: ractor::RpcReplyPort<TaskOutcome> = done_tx.into();
         loop_peer.tell(LoopMsg::Submit {
-            text: text.to_string(),
-            context_id,
-            origin: Origin::Door,
+            request: TaskRequest { text: text.to_string(), context_id, origin: Origin::Door, traceparent },
             accepted: Some(acc_tx),
             reply: Some(port),
         })?;

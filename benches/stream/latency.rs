@@ -114,6 +114,7 @@ pub(crate) async fn latency_driver(host: &Host) -> LatencyRow {
         policy: OutgoingPolicy {
             allow: Vec::new(),
             gateway: Some(GatewayRoute {
+                traceparent: None,
                 endpoint: stub.url().parse().expect("url"),
                 fixed: None,
                 key: None,

@@ -73,6 +73,9 @@ pub struct GatewayRoute {
     pub key: Option<SecretKey>,
     /// How the driver sends its key, decided at launch from its kind (ignored when `fixed`).
     pub style: KeyStyle,
+    /// The W3C `traceparent` of the task this call serves (`observability.otel_endpoint`),
+    /// written on every gateway request in place of any the guest set.
+    pub traceparent: Option<HeaderValue>,
 }
 
 /// How a driver's key goes upstream when its artifact declares no `upstream_auth`: decided
@@ -187,6 +190,10 @@ impl OutgoingPolicy {
         }
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             headers.insert(http::header::HOST, host);
+        }
+        headers.remove("traceparent");
+        if let Some(tp) = &gw.traceparent {
+            headers.insert(HeaderName::from_static("traceparent"), tp.clone());
         }
         let credential = match (style, &gw.fixed, &gw.key) {
             (KeyScope::Outside, _, _) => {
@@ -398,6 +405,7 @@ mod tests {
         OutgoingPolicy {
             allow: vec![],
             gateway: Some(GatewayRoute {
+                traceparent: None,
                 endpoint: endpoint.parse().expect("uri"),
                 fixed: None,
                 key: Some(SecretKey("sk-test".into())),

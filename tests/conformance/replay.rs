@@ -87,7 +87,13 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
         limits: Limits { deadline_seconds: DEADLINE_SECONDS, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),
-            gateway: Some(GatewayRoute { endpoint, fixed: None, key: None, style: Default::default() }),
+            gateway: Some(GatewayRoute {
+                endpoint,
+                fixed: None,
+                key: None,
+                style: Default::default(),
+                traceparent: None,
+            }),
         },
     };
     let recorder = Arc::new(Recorder::default());

@@ -109,7 +109,7 @@ pub async fn send(s: &Session, d: Dialect, p: &params::Send) -> Answer {
             Ok(r) => (r, None),
             Err(a) => return a,
         },
-        None => match s.submit_from_door(&text, p.message.context_id.clone()).await {
+        None => match s.submit_from_door(&text, p.message.context_id.clone(), p.traceparent.clone()).await {
             Ok((r, done)) => (r, Some(done)),
             Err(e) => return internal(e),
         },
@@ -137,7 +137,7 @@ pub async fn stream(s: &Session, d: Dialect, p: &params::Send, request_id: &Valu
             Ok(r) => r,
             Err(a) => return a,
         },
-        None => match s.submit_from_door(&text, p.message.context_id.clone()).await {
+        None => match s.submit_from_door(&text, p.message.context_id.clone(), p.traceparent.clone()).await {
             Ok((record, _done)) => record,
             Err(e) => return internal(e),
         },

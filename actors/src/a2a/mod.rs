@@ -74,10 +74,10 @@ async fn dispatch(s: &Session, req: &rpc::Request) -> Answer {
         };
     }
     match m {
-        "SendMessage" => with!(params::Send, |x| methods::send(s, V1, &x).await),
-        "message/send" => with!(params::Send, |x| methods::send(s, V03, &x).await),
-        "SendStreamingMessage" => with!(params::Send, |x| methods::stream(s, V1, &x, &req.id).await),
-        "message/stream" => with!(params::Send, |x| methods::stream(s, V03, &x, &req.id).await),
+        "SendMessage" => with!(params::Send, |x| methods::send(s, V1, &x.traced(req)).await),
+        "message/send" => with!(params::Send, |x| methods::send(s, V03, &x.traced(req)).await),
+        "SendStreamingMessage" => with!(params::Send, |x| methods::stream(s, V1, &x.traced(req), &req.id).await),
+        "message/stream" => with!(params::Send, |x| methods::stream(s, V03, &x.traced(req), &req.id).await),
         "GetTask" => with!(params::TaskId, |x| methods::get(s, V1, &x).await),
         "tasks/get" => with!(params::TaskId, |x| methods::get(s, V03, &x).await),
         "ListTasks" => with!(params::List, |x| methods::list(s, V1, &x).await),

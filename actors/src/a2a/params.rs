@@ -51,9 +51,18 @@ pub struct Send {
     /// How to answer.
     #[serde(default)]
     pub configuration: Option<Configuration>,
+    /// The request's W3C `traceparent` header (not part of the body).
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 impl Send {
+    /// With the request's `traceparent`.
+    pub fn traced(mut self, req: &crate::door::rpc::Request) -> Self {
+        self.traceparent = req.traceparent.clone();
+        self
+    }
+
     /// The task text: the text parts joined by newlines.
     pub fn text(&self, d: Dialect) -> Result<String, Refusal> {
         if let Some(role) = &self.message.role

@@ -98,12 +98,25 @@ pub(crate) struct PlannedCall {
     pub timeout: Duration,
     /// Whether its progress reaches the event stream (agent-loop calls only).
     pub frames: bool,
+    /// The task's `traceparent`, sent upstream.
+    pub traceparent: Option<String>,
 }
 
 /// One admission, one gateway call, one settlement.
 async fn admitted_once(call: &PlannedCall) -> InferReply {
-    let PlannedCall { spend, gateway, artifact, config, task_id, request, estimate, max_output, timeout, frames } =
-        call;
+    let PlannedCall {
+        spend,
+        gateway,
+        artifact,
+        config,
+        task_id,
+        request,
+        estimate,
+        max_output,
+        timeout,
+        frames,
+        traceparent,
+    } = call;
     let frames = *frames;
     let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
     let (task_id, request) = (task_id.clone(), request.clone());
@@ -132,8 +145,14 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         Ok(Err(refusal)) => return fail(InferenceError::SpendRefused { refusal }),
         Err(e) => return fail(unavailable(e)),
     };
-    let infer =
-        |reply| GatewayMsg::Infer { task_id, request: Box::new(request), config: config.clone(), frames, reply };
+    let infer = |reply| GatewayMsg::Infer {
+        task_id,
+        request: Box::new(request),
+        config: config.clone(),
+        frames,
+        traceparent: traceparent.clone(),
+        reply,
+    };
     let reply = match gateway.ask(infer, timeout).await {
         Ok(r) => r,
         Err(e) => {

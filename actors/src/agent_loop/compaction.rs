@@ -41,6 +41,7 @@ impl LoopState {
     /// Compact when the history fills `choice_window` past the threshold; `Err` (a message
     /// with its code) when the compaction hook failed.
     pub(crate) async fn compact_if_full(&mut self, choice_window: u32) -> Result<(), String> {
+        let began = std::time::Instant::now();
         let c = self.config.compaction.clone();
         let window = c.window.unwrap_or(choice_window);
         let before = self.occupancy();
@@ -118,6 +119,15 @@ impl LoopState {
         self.conversation = candidate;
         self.counter = counter;
         self.continuation = None;
+        self.span(
+            "capsule.compaction",
+            began,
+            vec![
+                opentelemetry::KeyValue::new("tokens_before", before as i64),
+                opentelemetry::KeyValue::new("tokens_after", after as i64),
+                opentelemetry::KeyValue::new("hook", hook),
+            ],
+        );
         Ok(())
     }
 }

@@ -29,12 +29,11 @@ impl LoopState {
     pub(crate) async fn submit(
         &mut self,
         myself: &ActorRef<LoopMsg>,
-        text: String,
-        context_id: Option<String>,
-        origin: Origin,
+        request: super::TaskRequest,
         accepted: Option<Accepted>,
         reply: Option<RpcReplyPort<TaskOutcome>>,
     ) {
+        let super::TaskRequest { text, context_id, origin, traceparent } = request;
         let mut record = TaskRecord {
             id: new_id("tsk"),
             context_id: context_id.unwrap_or_else(|| new_id("ctx")),
@@ -71,14 +70,14 @@ impl LoopState {
             if let Some(a) = accepted {
                 let _ = a.send(record.clone());
             }
-            self.queue.push_back(Queued { record, text, reply });
+            self.queue.push_back(Queued { record, text, reply, traceparent });
             return;
         }
         self.tasks.insert(record.id.clone(), record.clone());
         // Journal first: the client hears "accepted" only once `task_start` and the user
         // message are written, so a kill right after acceptance is resumed, never lost.
         let id = record.id.clone();
-        self.start_task(myself, record.clone(), text, reply).await;
+        self.start_task(myself, record.clone(), text, reply, traceparent).await;
         if let Some(a) = accepted {
             // The record now: `failed` when its start could not be journaled.
             let _ = a.send(self.tasks.get(&id).cloned().unwrap_or(record));
@@ -130,7 +129,7 @@ impl LoopState {
         if self.running.is_none()
             && let Some(q) = self.queue.pop_front()
         {
-            self.start_task(myself, q.record, q.text, q.reply).await;
+            self.start_task(myself, q.record, q.text, q.reply, q.traceparent).await;
         }
     }
 

@@ -19,6 +19,7 @@ mod hooks;
 mod intake;
 mod resume;
 mod settings;
+mod spans;
 mod task;
 
 pub use ask::InputRefusal;
@@ -77,6 +78,19 @@ pub struct TaskOutcome {
     pub result_path: std::path::PathBuf,
 }
 
+/// A task as submitted.
+#[derive(Debug, Clone)]
+pub struct TaskRequest {
+    /// The text.
+    pub text: String,
+    /// Context id to continue, when any.
+    pub context_id: Option<String>,
+    /// Who submits.
+    pub origin: Origin,
+    /// The client's W3C `traceparent`, when it sent one.
+    pub traceparent: Option<String>,
+}
+
 /// Answered when a submitted task is accepted (or rejected), before it runs.
 pub type Accepted = tokio::sync::oneshot::Sender<TaskRecord>;
 
@@ -86,12 +100,8 @@ pub enum LoopMsg {
     /// Submit a task (a user message); `reply` is answered when it ends, `accepted` as soon as
     /// it is accepted, queued or rejected.
     Submit {
-        /// The text.
-        text: String,
-        /// Context id to continue, when any.
-        context_id: Option<String>,
-        /// Who submits.
-        origin: Origin,
+        /// The task.
+        request: TaskRequest,
         /// Answer when accepted.
         accepted: Option<Accepted>,
         /// Answer when ended.
@@ -236,6 +246,8 @@ pub struct LoopConfig {
     pub session_hooks: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// When the session started.
     pub started: std::time::Instant,
+    /// Span export (`observability.otel_endpoint`).
+    pub telemetry: Option<crate::otel::Telemetry>,
 }
 
 /// A controller's `inference.max_tokens` (0: none set; the choice's own cap applies). The loop
@@ -269,6 +281,7 @@ pub struct Queued {
     pub(crate) record: TaskRecord,
     pub(crate) text: String,
     pub(crate) reply: Option<RpcReplyPort<TaskOutcome>>,
+    pub(crate) traceparent: Option<String>,
 }
 
 /// The loop's state: the conversation, the running task and the queue, task records, the held
@@ -327,8 +340,8 @@ impl Actor for AgentLoop {
         state: &mut LoopState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            LoopMsg::Submit { text, context_id, origin, accepted, reply } => {
-                state.submit(&myself, text, context_id, origin, accepted, reply).await;
+            LoopMsg::Submit { request, accepted, reply } => {
+                state.submit(&myself, request, accepted, reply).await;
             }
             LoopMsg::GetTask { id, reply } => {
                 let _ = reply.send(state.tasks.get(&id).cloned());

@@ -88,7 +88,7 @@ impl LoopState {
                 response: None,
             };
             self.tasks.insert(id.clone(), record.clone());
-            self.queue.push_back(super::Queued { record, text: text.clone(), reply: Some(port()) });
+            self.queue.push_back(super::Queued { record, text: text.clone(), reply: Some(port()), traceparent: None });
         }
         tokio::spawn(async move {
             let mut outcomes = Vec::new();
@@ -125,6 +125,7 @@ impl LoopState {
             waiting: None,
             reopens: 0,
             task_end_fired: false,
+            span: self.config.telemetry.as_ref().map(|t| t.task(&task_id, None)),
         });
         self.tasks.insert(
             task_id.clone(),

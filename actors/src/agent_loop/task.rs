@@ -44,6 +44,8 @@ pub struct Running {
     pub(crate) reopens: u32,
     /// Whether `on-task-end` fired for the current attempt at an end.
     pub(crate) task_end_fired: bool,
+    /// The task's span (`observability.otel_endpoint`).
+    pub(crate) span: Option<opentelemetry::Context>,
 }
 
 impl LoopState {
@@ -122,8 +124,11 @@ impl LoopState {
         record: TaskRecord,
         text: String,
         reply: Option<RpcReplyPort<TaskOutcome>>,
+        traceparent: Option<String>,
     ) {
         self.attempts += 1;
+        let client = traceparent.as_deref().and_then(crate::otel::parse_traceparent);
+        let span = self.config.telemetry.as_ref().map(|t| t.task(&record.id, client.as_ref()));
         let now = Instant::now();
         let running = Running {
             task_id: record.id,
@@ -141,6 +146,7 @@ impl LoopState {
             waiting: None,
             reopens: 0,
             task_end_fired: false,
+            span,
         };
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Reset);
         let started = json!({"task_id": running.task_id, "context_id": running.context_id, "text": text});
@@ -228,6 +234,7 @@ impl LoopState {
             session: self.sid().to_string(),
         };
         let max_output = u64::from(request.max_tokens);
+        let traceparent = self.task_traceparent();
         let estimate = self.counter.estimate(&request);
         if let Some(r) = self.running.as_mut() {
             r.estimate = estimate;
@@ -245,6 +252,7 @@ impl LoopState {
                 max_output,
                 timeout,
                 frames: true,
+                traceparent,
             };
             let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
@@ -282,6 +290,22 @@ impl LoopState {
             fields["driver_choice"] = json!(used_choice.name);
         }
         self.trace(TraceKind::Inference, fields);
+        if let Some(r) = self.running.as_ref() {
+            let decision = match &reply.result {
+                Ok(resp) if resp.stop_reason == StopReason::ToolCall => "tool_call",
+                Ok(_) => "final",
+                Err(_) => "error",
+            };
+            let attributes = vec![
+                opentelemetry::KeyValue::new("turn", i64::from(turn)),
+                opentelemetry::KeyValue::new("input_tokens", usage.map_or(estimate, |u| u.input_tokens) as i64),
+                opentelemetry::KeyValue::new("output_tokens", usage.map_or(0, |u| u.output_tokens) as i64),
+                opentelemetry::KeyValue::new("decision", decision),
+                opentelemetry::KeyValue::new("model", used_choice.model.clone()),
+                opentelemetry::KeyValue::new("driver", used_choice.driver.clone()),
+            ];
+            self.span("capsule.inference", r.turn_started, attributes);
+        }
         let resp = match reply.result {
             Err(e) => {
                 // The provider's state after a failed call is unknown: the next call resends all.
@@ -421,6 +445,7 @@ impl LoopState {
         let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
         r.next_call += 1;
         let task_id = r.task_id.clone();
+        let call_started = r.call_started;
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Settle { id: id.clone() });
         // A long result: the model gets all of it (the conversation record), the trace and the
         // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
@@ -432,6 +457,16 @@ impl LoopState {
         if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, finished)]).await {
             return self.fail_unjournaled(e).await;
         }
+        self.span(
+            "capsule.tool_call",
+            call_started,
+            vec![
+                opentelemetry::KeyValue::new("tool_name", name.clone()),
+                opentelemetry::KeyValue::new("input_bytes", input.to_string().len() as i64),
+                opentelemetry::KeyValue::new("output_bytes", reply.content.len() as i64),
+                opentelemetry::KeyValue::new("status", if reply.is_error { "failed" } else { "passed" }),
+            ],
+        );
         self.tool_answered(&name, input.to_string().len() as u64, &reply).await;
         self.emit(Frame::Artifact {
             id: task_id,
@@ -483,6 +518,9 @@ impl LoopState {
             tracing::error!(error = %e, code = %Code::SessionIo, path = %result_path.display(), "cannot write result.txt");
         }
         let turns = r.turn;
+        if let Some(cx) = r.span.take() {
+            crate::otel::Telemetry::end_task(&cx, status.as_str());
+        }
         self.trace(
             TraceKind::TaskEnd,
             json!({"task_id": r.task_id, "exit_status": status.as_str(), "turns": turns, "duration_ms": r.started.elapsed().as_millis() as u64, "message": if status == ExitStatus::Ok { serde_json::Value::Null } else { json!(text) }}),
@@ -528,5 +566,8 @@ impl LoopState {
         self.session_ended("ok").await;
         self.trace(TraceKind::SessionEnd, json!({"tasks": self.attempts}));
         self.flush().await;
+        if let Some(t) = &self.config.telemetry {
+            t.end("ok").await;
+        }
     }
 }

@@ -115,7 +115,7 @@ async fn message_send(s: &Session, req: &rpc::Request) -> Response {
     {
         return json_response(StatusCode::OK, rpc::ok(&req.id, task_json(&record)));
     }
-    let (record, done) = match s.submit_from_door(&text, p.message.context_id.clone()).await {
+    let (record, done) = match s.submit_from_door(&text, p.message.context_id.clone(), req.traceparent.clone()).await {
         Ok(x) => x,
         Err(e) => return json_response(StatusCode::OK, rpc::err(&req.id, code::INTERNAL, e.to_string())),
     };
@@ -169,7 +169,7 @@ async fn message_stream(s: &Session, req: &rpc::Request) -> Response {
     let Some(rx) = s.subscribe(None).await else {
         return sse::error_stream("the stream emitter is not running".into());
     };
-    match s.submit_from_door(&text, p.message.context_id.clone()).await {
+    match s.submit_from_door(&text, p.message.context_id.clone(), req.traceparent.clone()).await {
         Ok((record, _done)) => {
             sse::response(sse::stream(Vec::new(), rx, Until::FinalOf(record.id.clone()), Some(record.id)))
         }

@@ -56,7 +56,7 @@ pub fn envelope(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Request,
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| (StatusCode::BAD_REQUEST, err(&null, code::PARSE_ERROR, format!("the body is not JSON: {e}"))))?;
     let id = v.get("id").cloned().unwrap_or(Value::Null);
-    let req: Request = serde_json::from_value(v).map_err(|e| {
+    let mut req: Request = serde_json::from_value(v).map_err(|e| {
         (StatusCode::BAD_REQUEST, err(&id, code::INVALID_REQUEST, format!("not a JSON-RPC 2.0 request: {e}")))
     })?;
     if req.jsonrpc != "2.0" {
@@ -65,6 +65,7 @@ pub fn envelope(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Request,
             err(&id, code::INVALID_REQUEST, format!("jsonrpc is `{}`; it must be \"2.0\"", req.jsonrpc)),
         ));
     }
+    req.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
     Ok(req)
 }
 
@@ -81,6 +82,9 @@ pub struct Request {
     /// Id (absent for a notification; we answer anyway with null).
     #[serde(default)]
     pub id: Value,
+    /// The W3C `traceparent` header, when the client sent one (checked when used).
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 /// A message part.

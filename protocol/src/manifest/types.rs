@@ -53,6 +53,22 @@ pub struct Manifest {
     /// The door's own network settings (who may use it).
     #[serde(default)]
     pub network: DoorNetwork,
+    /// Where spans go.
+    #[serde(default)]
+    pub observability: Observability,
+}
+
+/// `observability`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Observability {
+    /// An OTLP/HTTP collector (`http[s]://host[:port][/prefix]`); spans go to
+    /// `<endpoint>/v1/traces` as protobuf.
+    #[serde(default)]
+    pub otel_endpoint: Option<String>,
+    /// Murmur's evaluation settings (not honoured here).
+    #[serde(default)]
+    pub eval: Option<Value>,
 }
 
 /// Top-level `network`: the door's settings (a guest's reach is `capabilities.network`).

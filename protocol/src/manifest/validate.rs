@@ -225,6 +225,26 @@ pub(super) fn validate(m: &Manifest) -> Diagnostics {
             "set max_turns to 1 or more, or remove it for the default 10",
         );
     }
+    if let Some(e) = &m.observability.otel_endpoint {
+        let ok = (e.starts_with("http://") || e.starts_with("https://"))
+            && e.split("://").nth(1).is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+        if !ok {
+            err(
+                Code::ManifestInvalid,
+                "observability.otel_endpoint".into(),
+                format!("`{e}` is not an http(s) URL with a host"),
+                "write the collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318 (spans go to its /v1/traces)",
+            );
+        }
+    }
+    if m.observability.eval.is_some() {
+        err(
+            Code::ManifestKeyNotHonoured,
+            "observability.eval".into(),
+            "Murmur's `eval` has no effect in this runtime".into(),
+            "remove it, or keep it for Murmur; the capsule runs either way",
+        );
+    }
     let c = &inf.compaction;
     if !(c.threshold > 0.0 && c.threshold <= 1.0) {
         err(
