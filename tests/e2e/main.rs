@@ -19,6 +19,7 @@ mod inspect;
 mod journal_fuzz;
 mod loop_rules;
 mod murmur_artifacts;
+mod murmur_project;
 mod otel;
 mod packages;
 mod progress;
