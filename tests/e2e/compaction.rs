@@ -143,3 +143,61 @@ async fn a_compaction_hook_that_fails_fails_the_task_with_its_code_and_the_sessi
     assert_eq!(stub.requests().len(), 2);
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compaction_summary_runs_on_the_primary_choice_after_the_agent_switched() {
+    let primary =
+        stub(vec![Turn::tool_call("switch-driver", json!({"driver": "backup"})), Turn::text("SUMMARY: read")]);
+    let mut alt_turns = two_reads();
+    alt_turns.push(Turn::text("done on backup"));
+    let backup = stub(alt_turns);
+    let y = format!(
+        "name: switch-then-compact\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{p}', keyless: true}}}}\n  - {{name: second, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{a}', keyless: true}}}}\n  - {{name: files, runtime: tool, source: '{{DIST}}/tool-files.wasm'}}\n  - {{name: compact, runtime: hook, source: hooks/compact}}\ninference:\n  model: claude-test\n  driver: {{artifact: anthropic}}\n  alternates:\n    - {{name: backup, model: claude-backup, driver: second}}\n{THRESHOLD}control:\n  agent_settings: [inference.driver]\n{WINDOW}",
+        p = primary.url(),
+        a = backup.url()
+    );
+    let cap = Capsule::new(&y);
+    let dir = cap.path().join("hooks/compact");
+    std::fs::create_dir_all(&dir).expect("hook folder");
+    std::fs::write(dir.join("murmur.yaml"), compact_hook()).expect("hook manifest");
+    std::fs::copy(dist("hook-compact"), dir.join("hook-compact.wasm")).expect("component");
+    big_files(&cap);
+    let session = cap.launch().await.expect("launch");
+    let (outcome, _) = run_task(&session, "switch, then read both files").await;
+    assert_eq!(
+        (outcome.exit_status, outcome.message.as_str()),
+        (ExitStatus::Ok, "done on backup"),
+        "{}",
+        outcome.message
+    );
+    let (p, b) = (primary.requests(), backup.requests());
+    assert_eq!((p.len(), b.len()), (2, 3), "the switch, then two reads and the reply on backup");
+    assert_eq!(p[1].body["system"], "Summarise for the test.", "the summary went to the primary");
+    assert_eq!(p[1].body["model"], "claude-test");
+    assert!(b[2].body.to_string().contains("SUMMARY: read"), "and the agent continued on backup with it");
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_compaction_drops_the_held_continuation_so_the_next_call_resends_everything() {
+    // driver-stateful answers `messages=<n> continuation=<id|none>` and always hands back a
+    // continuation id, which the loop holds; the compaction must drop it.
+    let y = format!(
+        "name: stateful-compact\nartifacts:\n  - {{name: d, runtime: driver, source: '{{DIST}}/driver-stateful.wasm'}}\n  - {{name: compact, runtime: hook, source: hooks/compact}}\ninference:\n  model: m\n  driver: {{artifact: d}}\n  compaction:\n    threshold: 0.3\ncontext:\n  max_tokens: 10000\n"
+    );
+    let cap = Capsule::new(&y);
+    let dir = cap.path().join("hooks/compact");
+    std::fs::create_dir_all(&dir).expect("hook folder");
+    std::fs::write(dir.join("murmur.yaml"), compact_hook()).expect("hook manifest");
+    std::fs::copy(dist("hook-compact"), dir.join("hook-compact.wasm")).expect("component");
+    let session = cap.launch().await.expect("launch");
+    let (first, _) = run_task(&session, "hi").await;
+    assert_eq!(first.message, "messages=1 continuation=none");
+    let big: String = (0..4000).map(|i| format!("gamma{i} ")).collect();
+    let (second, _) = run_task(&session, &big).await;
+    // The summary and the new task's message, both sent, with no continuation id.
+    assert_eq!(second.message, "messages=2 continuation=none", "{}", second.message);
+    let t = trace(&session);
+    assert_eq!(events(&t, "compaction").len(), 1);
+    session.shutdown().await;
+}

@@ -2,8 +2,9 @@
 //! `replace-context`).
 //!
 //! When the runtime says the context is nearly full, this hook:
-//! 1. keeps the last tool exchange as it is: the last assistant message that asks for tool
-//!    calls, and the tool results after it (so every call issued is still answered);
+//! 1. keeps the newest part as it is: a user message that ends the history (the task just
+//!    given), or else the last tool exchange (the last assistant message that asks for tool
+//!    calls, and the tool results after it, so every call issued is still answered);
 //! 2. summarises everything before it with one `run-inference` call through the capsule's
 //!    primary driver choice (the event's `model` and `system-prompt` when the manifest sets
 //!    them, else the primary model and the prompt below);
@@ -70,9 +71,12 @@ fn asks_for_tools(m: &Message) -> bool {
             .is_some_and(|blocks| blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_call")))
 }
 
-/// Where the kept tail starts: the last assistant message asking for tools when only tool
-/// results follow it; else the end (nothing kept).
+/// Where the kept tail starts: a user message that ends the history; else the last assistant
+/// message asking for tools when only tool results follow it; else the end (nothing kept).
 fn tail_start(messages: &[Message]) -> usize {
+    if messages.last().is_some_and(|m| m.role == "user") {
+        return messages.len() - 1;
+    }
     match messages.iter().rposition(asks_for_tools) {
         Some(i) if messages[i + 1..].iter().all(|m| m.role == "tool") => i,
         _ => messages.len(),
