@@ -182,10 +182,8 @@ async fn the_compaction_summary_runs_on_the_primary_choice_after_the_agent_switc
 async fn a_committed_compaction_drops_the_held_continuation_so_the_next_call_resends_everything() {
     // driver-stateful answers `messages=<n> continuation=<id|none>` and always hands back a
     // continuation id, which the loop holds; the compaction must drop it.
-    let y = format!(
-        "name: stateful-compact\nartifacts:\n  - {{name: d, runtime: driver, source: '{{DIST}}/driver-stateful.wasm'}}\n  - {{name: compact, runtime: hook, source: hooks/compact}}\ninference:\n  model: m\n  driver: {{artifact: d}}\n  compaction:\n    threshold: 0.3\ncontext:\n  max_tokens: 10000\n"
-    );
-    let cap = Capsule::new(&y);
+    let y = "name: stateful-compact\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\n  - {name: compact, runtime: hook, source: hooks/compact}\ninference:\n  model: m\n  driver: {artifact: d}\n  compaction:\n    threshold: 0.3\ncontext:\n  max_tokens: 10000\n";
+    let cap = Capsule::new(y);
     let dir = cap.path().join("hooks/compact");
     std::fs::create_dir_all(&dir).expect("hook folder");
     std::fs::write(dir.join("murmur.yaml"), compact_hook()).expect("hook manifest");
