@@ -8,6 +8,7 @@
 //! dropped silently.
 
 use crate::journal_check::SealedFile;
+use crate::journal_log::{JournalLog, LogError};
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceEvent;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -56,7 +57,7 @@ pub struct WriteFailed {
     pub file: PathBuf,
     /// Why.
     #[source]
-    pub source: std::io::Error,
+    pub source: LogError,
 }
 
 /// Where the files are.
@@ -68,10 +69,10 @@ pub struct JournalArgs {
     pub conversation_path: PathBuf,
 }
 
-/// State: the open files.
+/// State: the open records.
 pub struct JournalState {
-    trace: SealedFile,
-    conversation: SealedFile,
+    trace: Box<dyn JournalLog>,
+    conversation: Box<dyn JournalLog>,
     paths: JournalArgs,
     failed_writes: u64,
 }
@@ -85,8 +86,11 @@ fn open_append(p: &std::path::Path) -> Result<SealedFile, capsule_runtime::Benea
     SealedFile::open(p)
 }
 
-fn write_line(f: &mut SealedFile, value: &impl serde::Serialize, failed: &mut u64) -> Result<(), std::io::Error> {
-    let written = serde_json::to_vec(value).map_err(std::io::Error::other).and_then(|line| f.append(line));
+async fn write_line(f: &mut dyn JournalLog, value: &impl serde::Serialize, failed: &mut u64) -> Result<(), LogError> {
+    let written = match serde_json::to_vec(value) {
+        Ok(line) => f.append(line).await,
+        Err(e) => Err(LogError::Io(std::io::Error::other(e))),
+    };
     if let Err(e) = &written {
         tracing::error!(error = %e, "journal write failed");
         *failed += 1;
@@ -105,8 +109,8 @@ impl Actor for Journal {
         args: JournalArgs,
     ) -> Result<JournalState, ActorProcessingErr> {
         Ok(JournalState {
-            trace: open_append(&args.trace_path)?,
-            conversation: open_append(&args.conversation_path)?,
+            trace: Box::new(open_append(&args.trace_path)?),
+            conversation: Box::new(open_append(&args.conversation_path)?),
             paths: args,
             failed_writes: 0,
         })
@@ -120,18 +124,18 @@ impl Actor for Journal {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             JournalMsg::Trace(ev) => {
-                let _ = write_line(&mut state.trace, &ev, &mut state.failed_writes);
+                let _ = write_line(state.trace.as_mut(), &ev, &mut state.failed_writes).await;
             }
             JournalMsg::Append { events, messages, reply } => {
-                let _ = reply.send(append(state, None, &messages, &events));
+                let _ = reply.send(append(state, None, &messages, &events).await);
             }
             JournalMsg::Replace { events, messages, reply } => {
                 let marker = serde_json::json!({CONTEXT_REPLACED: {"messages": messages.len()}});
-                let _ = reply.send(append(state, Some(marker), &messages, &events));
+                let _ = reply.send(append(state, Some(marker), &messages, &events).await);
             }
             JournalMsg::Flush(reply) => {
                 for f in [&mut state.trace, &mut state.conversation] {
-                    if f.sync_data().is_err() {
+                    if f.sync().await.is_err() {
                         state.failed_writes += 1;
                     }
                 }
@@ -144,7 +148,7 @@ impl Actor for Journal {
 
 /// Write an optional marker line and `messages` to the conversation record, then `events` to
 /// the trace: the first failed write, if any.
-fn append(
+async fn append(
     state: &mut JournalState,
     marker: Option<serde_json::Value>,
     messages: &[Message],
@@ -152,17 +156,17 @@ fn append(
 ) -> Result<(), WriteFailed> {
     let mut first = Ok(());
     if let Some(m) = marker
-        && let Err(source) = write_line(&mut state.conversation, &m, &mut state.failed_writes)
+        && let Err(source) = write_line(state.conversation.as_mut(), &m, &mut state.failed_writes).await
     {
         return Err(WriteFailed { file: state.paths.conversation_path.clone(), source });
     }
     for m in messages {
-        if let Err(source) = write_line(&mut state.conversation, m, &mut state.failed_writes) {
+        if let Err(source) = write_line(state.conversation.as_mut(), m, &mut state.failed_writes).await {
             first = first.and(Err(WriteFailed { file: state.paths.conversation_path.clone(), source }));
         }
     }
     for ev in events {
-        if let Err(source) = write_line(&mut state.trace, ev, &mut state.failed_writes) {
+        if let Err(source) = write_line(state.trace.as_mut(), ev, &mut state.failed_writes).await {
             first = first.and(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
         }
     }

@@ -25,6 +25,7 @@ mod credentials;
 mod gateway;
 mod journal;
 mod journal_check;
+mod journal_log;
 mod session_resume;
 mod sink;
 mod supervisor;
@@ -32,6 +33,7 @@ mod tools;
 
 // Parts a caller uses as modules of their own.
 pub mod a2a;
+pub mod cluster;
 pub mod coalescer;
 pub mod control;
 pub mod door;

@@ -104,6 +104,18 @@ pub enum Code {
     HookFailed,
     /// A hook returned an output its event does not honour; the output was discarded.
     HookArmRefused,
+    /// No NATS server of the cluster answered at start.
+    ClusterUnreachable,
+    /// JetStream refused or did not answer (no quorum, a stream or bucket that cannot be made).
+    ClusterUnavailable,
+    /// An append was refused because another host appended since: this host lost the session.
+    ClusterFenced,
+    /// A journal entry or lease in the cluster is not in this runtime's format.
+    ClusterBadEntry,
+    /// Another host holds the session's lease.
+    LeaseHeld,
+    /// A host could not renew its lease: it expired or another host took it.
+    LeaseLost,
     /// The compaction hook failed, so the over-full context could not be compacted; the task
     /// failed.
     CompactionFailed,
@@ -168,6 +180,12 @@ impl Code {
             Code::HookFailed => "E-RUN-092",
             Code::HookArmRefused => "E-RUN-093",
             Code::CompactionFailed => "E-RUN-094",
+            Code::ClusterUnreachable => "E-CLU-001",
+            Code::ClusterUnavailable => "E-CLU-002",
+            Code::ClusterFenced => "E-CLU-003",
+            Code::ClusterBadEntry => "E-CLU-004",
+            Code::LeaseHeld => "E-CLU-005",
+            Code::LeaseLost => "E-CLU-006",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",

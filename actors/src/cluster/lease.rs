@@ -1,0 +1,140 @@
+//! One lease per session in a KV bucket: which host owns it, and since when (the epoch).
+//!
+//! - A host takes a session with a KV **create**, which only one caller can win.
+//! - It keeps the lease by **updating** the key with the revision it last wrote, before the
+//!   bucket's `max_age` (the TTL, default 3 s) removes it. An update with a stale revision
+//!   fails: the lease was taken over, and the host must stop the session.
+//! - A lease not renewed within the TTL expires; another host's create then wins.
+//! - The epoch is the revision of the winning create: the bucket's revisions only grow, so a
+//!   later owner always has a higher epoch.
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+use super::ClusterError;
+
+/// The bucket of session leases.
+pub const LEASE_BUCKET: &str = "CAPSULE_LEASES";
+
+/// How long a lease lives without a renewal.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3);
+
+/// A lease's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// The owner.
+    pub host: String,
+    /// When it took the session (the create's revision).
+    pub epoch: u64,
+}
+
+/// The lease bucket.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    kv: kv::Store,
+    ttl: Duration,
+}
+
+/// A lease this host holds.
+#[derive(Debug)]
+pub struct Lease {
+    kv: kv::Store,
+    session: String,
+    record: LeaseRecord,
+    revision: u64,
+}
+
+impl Leases {
+    /// Create the bucket (TTL `ttl`, `replicas` copies), or take the one that exists.
+    pub async fn open(js: &jetstream::Context, replicas: usize, ttl: Duration) -> Result<Leases, ClusterError> {
+        let kv = match js.get_key_value(LEASE_BUCKET).await {
+            Ok(kv) => kv,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    bucket: LEASE_BUCKET.to_string(),
+                    history: 1,
+                    max_age: ttl,
+                    num_replicas: replicas,
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| ClusterError::js("create the lease bucket", e))?,
+        };
+        Ok(Leases { kv, ttl })
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Take `session` for `host`: exactly one of several hosts asking at once wins; the others
+    /// learn who holds it.
+    pub async fn acquire(&self, session: &str, host: &str) -> Result<Lease, ClusterError> {
+        let placeholder = encode(&LeaseRecord { host: host.to_string(), epoch: 0 });
+        match self.kv.create(session, placeholder).await {
+            Ok(revision) => {
+                let record = LeaseRecord { host: host.to_string(), epoch: revision };
+                let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision };
+                lease.renew().await?;
+                Ok(lease)
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let holder = self.holder(session).await?;
+                let (holder, epoch) = holder.map(|h| (h.host, h.epoch)).unwrap_or_else(|| ("(expiring)".into(), 0));
+                Err(ClusterError::Held { session: session.to_string(), holder, epoch })
+            }
+            Err(e) => Err(ClusterError::js(format!("create the lease of {session}"), e)),
+        }
+    }
+
+    /// Who holds `session` now, if anyone.
+    pub async fn holder(&self, session: &str) -> Result<Option<LeaseRecord>, ClusterError> {
+        let entry =
+            self.kv.entry(session).await.map_err(|e| ClusterError::js(format!("read the lease of {session}"), e))?;
+        let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        serde_json::from_slice(&entry.value).map(Some).map_err(|e| ClusterError::BadEntry {
+            subject: format!("{LEASE_BUCKET}/{session}"),
+            sequence: entry.revision,
+            why: e.to_string(),
+        })
+    }
+}
+
+fn encode(r: &LeaseRecord) -> Bytes {
+    serde_json::to_vec(r).unwrap_or_default().into()
+}
+
+impl Lease {
+    /// The lease's value.
+    pub fn record(&self) -> &LeaseRecord {
+        &self.record
+    }
+
+    /// Renew it; `Lost` when it expired or another host took it since the last renewal.
+    pub async fn renew(&mut self) -> Result<(), ClusterError> {
+        match self.kv.update(&self.session, encode(&self.record), self.revision).await {
+            Ok(revision) => {
+                self.revision = revision;
+                Ok(())
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Err(ClusterError::Lost {
+                session: self.session.clone(),
+                host: self.record.host.clone(),
+                epoch: self.record.epoch,
+            }),
+            Err(e) => Err(ClusterError::js(format!("renew the lease of {}", self.session), e)),
+        }
+    }
+
+    /// Give the session up (only if this host still holds it).
+    pub async fn release(self) -> Result<(), ClusterError> {
+        self.kv
+            .delete_expect_revision(&self.session, Some(self.revision))
+            .await
+            .map_err(|e| ClusterError::js(format!("release the lease of {}", self.session), e))
+    }
+}

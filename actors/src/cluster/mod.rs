@@ -1,0 +1,17 @@
+//! The cluster's storage and ownership on NATS JetStream (issue #13): connecting, a session's
+//! journal records as JetStream subjects with fenced appends ([`StreamLog`]), and one lease per
+//! session in a KV bucket ([`Lease`]). Ordering, replication and fencing are JetStream's: a
+//! stream with a subject per session and record, appends that name the subject's last
+//! sequence, and KV revisions. Nothing here is a consensus of our own.
+//!
+//! A single host (`capsule run`, `capsule host` without `--cluster`) uses none of this.
+
+mod connect;
+mod error;
+mod lease;
+mod log;
+
+pub use connect::{connect, split_urls};
+pub use error::ClusterError;
+pub use lease::{DEFAULT_TTL, Lease, LeaseRecord, Leases};
+pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, subject};

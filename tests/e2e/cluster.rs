@@ -1,0 +1,138 @@
+//! The cluster's storage and ownership primitives on a real 3-node NATS JetStream cluster
+//! (R3): journal records as subjects with fenced appends, leases in a KV bucket, a broker
+//! lost mid-run, an entry in an unknown format, and NATS unreachable at start.
+
+use crate::nats::NatsCluster;
+use capsule_actors::cluster::{self, ClusterError, Leases, Record, StreamLog};
+use std::time::Duration;
+
+async fn jetstream(c: &NatsCluster) -> async_nats::jetstream::Context {
+    let client = cluster::connect(&c.urls()).await.expect("connects");
+    let js = async_nats::jetstream::new(client);
+    cluster::ensure_journal(&js, 3).await.expect("the R3 journal stream");
+    js
+}
+
+fn line(n: u32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"n": n})).expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_acknowledged_in_order_a_replaced_owner_is_fenced_and_a_foreign_entry_refused() {
+    let c = NatsCluster::start(3).await;
+    let js = jetstream(&c).await;
+    let (mut a, before) = StreamLog::open(&js, "ses_one", Record::Conversation).await.expect("open");
+    assert!(before.is_empty() && a.last() == 0);
+    let mut seqs = Vec::new();
+    for n in 1..=3 {
+        seqs.push(a.append(line(n)).await.expect("acknowledged"));
+    }
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]), "{seqs:?}");
+    // Another record of the same session, and another session, do not disturb the order.
+    let (mut other, _) = StreamLog::open(&js, "ses_two", Record::Conversation).await.expect("open");
+    other.append(line(100)).await.expect("other session");
+    // A new owner opens the record: it reads every entry in order and appends after them.
+    let (mut b, read) = StreamLog::open(&js, "ses_one", Record::Conversation).await.expect("reopen");
+    assert_eq!(read, vec![line(1), line(2), line(3)]);
+    assert_eq!(b.last(), seqs[2]);
+    b.append(line(4)).await.expect("the new owner appends");
+    // The old owner's next append names a last entry that is no longer last: refused.
+    let e = a.append(line(99)).await.expect_err("fenced");
+    assert!(matches!(e, ClusterError::Fenced { .. }), "{e}");
+    assert_eq!(e.code().as_str(), "E-CLU-003");
+    let (_, after) = StreamLog::open(&js, "ses_one", Record::Conversation).await.expect("reopen");
+    assert_eq!(after, vec![line(1), line(2), line(3), line(4)], "nothing from the fenced owner");
+    // An entry that is not a journal line: a coded refusal naming it, never a panic.
+    let subject = cluster::subject("ses_bad", Record::Trace).expect("subject");
+    js.publish(subject.clone(), "not json at all".into()).await.expect("publish").await.expect("stored");
+    let e = StreamLog::open(&js, "ses_bad", Record::Trace).await.expect_err("refused");
+    assert_eq!(e.code().as_str(), "E-CLU-004", "{e}");
+    assert!(e.to_string().contains(&subject), "{e}");
+    let e = cluster::subject("ses.with.dots", Record::Trace).expect_err("not a subject token");
+    assert_eq!(e.code().as_str(), "E-CLU-004");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_of_three_brokers_killed_appends_go_on() {
+    let mut c = NatsCluster::start(3).await;
+    let js = jetstream(&c).await;
+    let (mut log, _) = StreamLog::open(&js, "ses_broker", Record::Trace).await.expect("open");
+    log.append(line(1)).await.expect("before");
+    c.kill(0);
+    // The client moves to a live server; JetStream keeps a quorum of two. Appends may fail
+    // while a new stream leader is elected: retried until one is acknowledged.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for n in 2..=4 {
+        loop {
+            match log.append(line(n)).await {
+                Ok(_) => break,
+                Err(ClusterError::JetStream { .. }) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("append {n} after the broker loss: {e}"),
+            }
+        }
+    }
+    let (_, all) = StreamLog::open(&js, "ses_broker", Record::Trace).await.expect("read");
+    assert_eq!(all, vec![line(1), line(2), line(3), line(4)], "in order, none lost, none twice");
+    // The node comes back with its store and catches up; the record goes on after it.
+    c.restart(0).await;
+    log.append(line(5)).await.expect("after the node rejoined");
+    let (_, all) = StreamLog::open(&js, "ses_broker", Record::Trace).await.expect("read");
+    assert_eq!(all.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_host_takes_a_session_and_loses_it_when_it_stops_renewing() {
+    let c = NatsCluster::start(3).await;
+    let client = cluster::connect(&c.urls()).await.expect("connects");
+    let js = async_nats::jetstream::new(client);
+    let leases = Leases::open(&js, 3, Duration::from_secs(1)).await.expect("bucket");
+    // Three hosts ask at once: one wins, the others are told who holds it.
+    let (a, b, h) = tokio::join!(
+        leases.acquire("ses_x", "host-a"),
+        leases.acquire("ses_x", "host-b"),
+        leases.acquire("ses_x", "host-c")
+    );
+    let results = [a, b, h];
+    let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0].record().clone();
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(r.code().as_str(), "E-CLU-005");
+        assert!(r.to_string().contains(&winner.host), "{r}");
+    }
+    let mut held = results.into_iter().find_map(Result::ok).expect("the winner");
+    for _ in 0..3 {
+        held.renew().await.expect("renewed within the TTL");
+    }
+    assert_eq!(leases.holder("ses_x").await.expect("read"), Some(winner.clone()));
+    // It stops renewing: after the TTL another host's create wins, with a higher epoch.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let taken = loop {
+        match leases.acquire("ses_x", "host-d").await {
+            Ok(l) => break l,
+            Err(ClusterError::Held { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the lease never expired: {e}"),
+        }
+    };
+    assert!(taken.record().epoch > winner.epoch, "{:?} after {winner:?}", taken.record());
+    let e = held.renew().await.expect_err("the old owner lost it");
+    assert_eq!(e.code().as_str(), "E-CLU-006", "{e}");
+    // A lease value that is not ours is a coded refusal.
+    let kv = js.get_key_value("CAPSULE_LEASES").await.expect("bucket");
+    kv.put("ses_y", "garbage".into()).await.expect("put");
+    assert_eq!(leases.holder("ses_y").await.expect_err("refused").code().as_str(), "E-CLU-004");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_unreachable_at_start_is_a_coded_error_naming_the_url() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let e = cluster::connect(std::slice::from_ref(&url)).await.expect_err("nobody listens");
+    assert_eq!(e.code().as_str(), "E-CLU-001");
+    assert!(e.to_string().contains(&url), "{e}");
+    assert_eq!(cluster::split_urls(" nats://a:1,,nats://b:2 "), vec!["nats://a:1", "nats://b:2"]);
+}
