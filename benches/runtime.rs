@@ -93,6 +93,7 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
         let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", "max_turns: 60");
         std::fs::write(dir.path().join("murmur.yaml"), manifest).expect("write");
         let opts = LaunchOptions {
+            cluster: None,
             manifest: dir.path().into(),
             workdir: work.path().into(),
             host,

@@ -337,6 +337,7 @@ pub async fn run_with(
         _ => endpoint_override,
     };
     let opts = LaunchOptions {
+        cluster: None,
         manifest: capsule.clone(),
         workdir: workdir.clone(),
         host,

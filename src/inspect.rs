@@ -54,6 +54,7 @@ pub async fn check(args: CheckArgs) -> ExitCode {
         Err(e) => return refuse(format!("cannot make a scratch folder: {e}"), args.json),
     };
     let opts = LaunchOptions {
+        cluster: None,
         manifest: args.capsule.clone(),
         workdir: scratch.path().join("check"),
         host,

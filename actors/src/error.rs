@@ -16,6 +16,9 @@ pub enum LaunchError {
     /// An installed artifact package was missing or refused.
     #[error("{0}")]
     Package(#[from] crate::package::PackageError),
+    /// The cluster refused the session (its lease is held elsewhere, or JetStream failed).
+    #[error("{0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// The engine could not start.
     #[error("the sandbox host could not start")]
     Host(#[source] LoadError),
@@ -103,6 +106,7 @@ impl LaunchError {
             LaunchError::JournalDamaged { .. } => Code::JournalDamaged,
             LaunchError::NotASession { .. } | LaunchError::AlreadyEnded { .. } => Code::NotASession,
             LaunchError::Spawn { .. } => Code::ActorCrashed,
+            LaunchError::Cluster(e) => e.code(),
         }
     }
 }

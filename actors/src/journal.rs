@@ -60,13 +60,43 @@ pub struct WriteFailed {
     pub source: LogError,
 }
 
-/// Where the files are.
+/// Where the records go.
 #[derive(Debug, Clone)]
 pub struct JournalArgs {
     /// `trace.jsonl`.
     pub trace_path: PathBuf,
     /// `conversation.jsonl`.
     pub conversation_path: PathBuf,
+    /// In a cluster: the records are JetStream subjects instead of these files.
+    pub cluster: Option<ClusterJournal>,
+}
+
+/// A clustered session's records on JetStream, and the last entry this host wrote to each
+/// (kept across restarts of the journal, so a restart after another host wrote is fenced).
+#[derive(Debug, Clone)]
+pub struct ClusterJournal {
+    /// JetStream.
+    pub js: async_nats::jetstream::Context,
+    /// The session.
+    pub session: String,
+    /// Last trace entry written, `u64::MAX` before the first open.
+    pub trace_last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Last conversation entry written, likewise.
+    pub conversation_last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+async fn open_stream(
+    c: &ClusterJournal,
+    record: crate::cluster::Record,
+    last: &std::sync::atomic::AtomicU64,
+) -> Result<crate::cluster::StreamLog, crate::cluster::ClusterError> {
+    use std::sync::atomic::Ordering;
+    let log = match last.load(Ordering::Acquire) {
+        u64::MAX => crate::cluster::StreamLog::open(&c.js, &c.session, record).await?.0,
+        expected => crate::cluster::StreamLog::reopen(&c.js, &c.session, record, expected).await?,
+    };
+    last.store(log.last(), Ordering::Release);
+    Ok(log)
 }
 
 /// State: the open records.
@@ -108,12 +138,14 @@ impl Actor for Journal {
         _myself: ActorRef<JournalMsg>,
         args: JournalArgs,
     ) -> Result<JournalState, ActorProcessingErr> {
-        Ok(JournalState {
-            trace: Box::new(open_append(&args.trace_path)?),
-            conversation: Box::new(open_append(&args.conversation_path)?),
-            paths: args,
-            failed_writes: 0,
-        })
+        let (trace, conversation): (Box<dyn JournalLog>, Box<dyn JournalLog>) = match &args.cluster {
+            None => (Box::new(open_append(&args.trace_path)?), Box::new(open_append(&args.conversation_path)?)),
+            Some(c) => (
+                Box::new(open_stream(c, crate::cluster::Record::Trace, &c.trace_last).await?),
+                Box::new(open_stream(c, crate::cluster::Record::Conversation, &c.conversation_last).await?),
+            ),
+        };
+        Ok(JournalState { trace, conversation, paths: args, failed_writes: 0 })
     }
 
     async fn handle(
@@ -134,6 +166,7 @@ impl Actor for Journal {
                 let _ = reply.send(append(state, Some(marker), &messages, &events).await);
             }
             JournalMsg::Flush(reply) => {
+                state.remember();
                 for f in [&mut state.trace, &mut state.conversation] {
                     if f.sync().await.is_err() {
                         state.failed_writes += 1;
@@ -142,7 +175,19 @@ impl Actor for Journal {
                 let _ = reply.send(state.failed_writes);
             }
         }
+        state.remember();
         Ok(())
+    }
+}
+
+impl JournalState {
+    /// Keep the last JetStream entry of each record in the arguments (a clustered session).
+    fn remember(&self) {
+        if let Some(c) = &self.paths.cluster {
+            use std::sync::atomic::Ordering;
+            c.trace_last.store(self.trace.position(), Ordering::Release);
+            c.conversation_last.store(self.conversation.position(), Ordering::Release);
+        }
     }
 }
 

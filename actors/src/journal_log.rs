@@ -30,6 +30,10 @@ pub trait JournalLog: Send {
     fn append(&mut self, object: Vec<u8>) -> BoxFuture<'_, Result<(), LogError>>;
     /// Make what was appended durable (a JetStream entry already is once acknowledged).
     fn sync(&mut self) -> BoxFuture<'_, Result<(), LogError>>;
+    /// The backend's position after the last append (a JetStream sequence; 0 for a file).
+    fn position(&self) -> u64 {
+        0
+    }
 }
 
 impl JournalLog for SealedFile {
@@ -51,5 +55,9 @@ impl JournalLog for StreamLog {
 
     fn sync(&mut self) -> BoxFuture<'_, Result<(), LogError>> {
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn position(&self) -> u64 {
+        self.last()
     }
 }

@@ -39,6 +39,9 @@ pub struct LaunchOptions {
     /// Sends the primary driver's traffic to another endpoint (`capsule run --endpoint`,
     /// `capsule demo`); with `keyless` the credential is dropped, else the manifest's is kept.
     pub endpoint_override: Option<EndpointOverride>,
+    /// Run the session in a cluster: its lease taken and kept by this host, its conversation
+    /// and trace journaled to JetStream. `None`: local files only.
+    pub cluster: Option<crate::cluster::ClusterHost>,
 }
 
 /// A replacement endpoint for the primary driver.

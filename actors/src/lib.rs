@@ -26,6 +26,7 @@ mod gateway;
 mod journal;
 mod journal_check;
 mod journal_log;
+mod lease_keeper;
 mod session_resume;
 mod sink;
 mod supervisor;

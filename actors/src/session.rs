@@ -236,6 +236,7 @@ impl Session {
             token_id: control.as_ref().map(|c| c.key.id()),
             agent_switch,
             conversation_path: Some(dir.join("conversation.jsonl")),
+            cluster_conversation: opts.cluster.as_ref().map(|c| (c.js.clone(), session_id.clone())),
             resume,
             call_timeout: Duration::from_secs(deadline + 30),
             acceptance: m.lifecycle.task_acceptance,
@@ -255,10 +256,16 @@ impl Session {
         };
         let mut loop_config = loop_config;
         let mut children = vec![
-            ChildSpec::Journal(JournalArgs {
+            ChildSpec::Journal(Box::new(JournalArgs {
                 trace_path: dir.join("trace.jsonl"),
                 conversation_path: dir.join("conversation.jsonl"),
-            }),
+                cluster: opts.cluster.as_ref().map(|c| crate::journal::ClusterJournal {
+                    js: c.js.clone(),
+                    session: session_id.clone(),
+                    trace_last: Arc::new(AtomicU64::new(u64::MAX)),
+                    conversation_last: Arc::new(AtomicU64::new(u64::MAX)),
+                }),
+            })),
             ChildSpec::Emitter(crate::emitter::EmitterArgs {
                 next_id: Arc::new(AtomicU64::new(first_frame_id)),
                 frames_path: Some(dir.join("frames.jsonl")),
@@ -318,6 +325,18 @@ impl Session {
         }
         children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
         children.push(ChildSpec::Loop(Box::new(loop_config)));
+        if let Some(c) = &opts.cluster {
+            // Exactly one host owns a session: the lease is taken before anything runs, and its
+            // keeper is the first child, so the session stops when the lease is lost.
+            let lease = c.leases.acquire(&session_id, &c.name).await?;
+            let every = (c.leases.ttl() / 3).max(Duration::from_millis(50));
+            let keeper = crate::lease_keeper::KeeperArgs {
+                session_id: session_id.clone(),
+                lease: Arc::new(tokio::sync::Mutex::new(lease)),
+                every,
+            };
+            children.insert(0, ChildSpec::LeaseKeeper(keeper));
+        }
         let (supervisor, _) = Actor::spawn(
             Some(names::name(&session_id, role::SUPERVISOR)),
             CapsuleSupervisor,
@@ -487,6 +506,11 @@ impl Session {
     /// Test hook: make the credentials actor panic (it is restarted).
     pub fn inject_credentials_panic(&self) -> bool {
         self.peer(role::CREDENTIALS).tell(CredentialsMsg::InjectPanic).is_ok()
+    }
+
+    /// Test hook: make the agent loop panic (it is restarted from the conversation record).
+    pub fn inject_loop_panic(&self) -> bool {
+        self.peer(role::LOOP).tell(LoopMsg::InjectPanic).is_ok()
     }
 
     /// Test hook: make the tools actor panic (it is restarted).

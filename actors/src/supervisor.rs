@@ -76,7 +76,7 @@ impl ChildSpec {
 #[derive(Clone)]
 pub enum ChildSpec {
     /// The journal.
-    Journal(JournalArgs),
+    Journal(Box<JournalArgs>),
     /// The emitter with its shared id counter and frames file.
     Emitter(crate::emitter::EmitterArgs),
     /// The coalescer.
@@ -91,6 +91,8 @@ pub enum ChildSpec {
     Tools(Box<ToolsArgs>),
     /// A hook.
     Hook(Box<crate::hook::HookArgs>),
+    /// The lease keeper of a clustered session.
+    LeaseKeeper(crate::lease_keeper::KeeperArgs),
     /// The agent loop.
     Loop(Box<LoopConfig>),
 }
@@ -126,6 +128,7 @@ fn role_of(session_id: &str, spec: &ChildSpec) -> (String, String) {
         ChildSpec::Gateway(a) => format!("gateway/{}", a.artifact.name()),
         ChildSpec::Tools(_) => role::TOOLS.to_string(),
         ChildSpec::Hook(a) => format!("hook/{}", a.artifact.name()),
+        ChildSpec::LeaseKeeper(_) => "lease".to_string(),
         ChildSpec::Loop(_) => role::LOOP.to_string(),
     };
     let name = names::name(session_id, &role);
@@ -136,7 +139,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
     let (_, name) = role_of(session_id, spec);
     let name = Some(name);
     Ok(match spec.clone() {
-        ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, a, sup).await?.0.get_cell(),
+        ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, *a, sup).await?.0.get_cell(),
         ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => {
             Actor::spawn_linked(name, Coalescer, crate::peer::Peer::of(session_id, role::EMITTER), sup)
@@ -149,6 +152,9 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
         ChildSpec::Gateway(a) => Actor::spawn_linked(name, Gateway, *a, sup).await?.0.get_cell(),
         ChildSpec::Tools(a) => Actor::spawn_linked(name, Tools, *a, sup).await?.0.get_cell(),
         ChildSpec::Hook(a) => Actor::spawn_linked(name, crate::hook::Hook, *a, sup).await?.0.get_cell(),
+        ChildSpec::LeaseKeeper(a) => {
+            Actor::spawn_linked(name, crate::lease_keeper::LeaseKeeper, a, sup).await?.0.get_cell()
+        }
         ChildSpec::Loop(a) => Actor::spawn_linked(name, AgentLoop, *a, sup).await?.0.get_cell(),
     })
 }

@@ -98,6 +98,7 @@ impl Served {
         );
         std::fs::write(dir.path().join("murmur.yaml"), yaml).expect("manifest");
         let opts = LaunchOptions {
+            cluster: None,
             manifest: dir.path().into(),
             workdir: work.path().into(),
             host: host.clone(),

@@ -23,6 +23,7 @@ fn with_driver(source: &str) -> String {
 async fn no_manifest_is_refused_with_e_man_001() {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = capsule_actors::LaunchOptions {
+        cluster: None,
         manifest: dir.path().into(),
         workdir: dir.path().join("w"),
         host: host(),

@@ -64,6 +64,7 @@ impl Capsule {
 
     pub fn options(&self, env: HashMap<String, String>) -> LaunchOptions {
         LaunchOptions {
+            cluster: None,
             manifest: self.dir.path().to_path_buf(),
             workdir: self.workdir.clone(),
             host: host(),

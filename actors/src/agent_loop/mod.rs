@@ -189,6 +189,9 @@ pub enum LoopMsg {
     /// Continue the task a resumed session was running and the tasks queued behind it;
     /// answered when they all ended (empty when there were none).
     Resume(RpcReplyPort<Vec<TaskOutcome>>),
+    /// Test hook: panic inside the handler, as a host bug would (the loop is restarted and
+    /// rebuilds its context from the conversation record).
+    InjectPanic,
 }
 
 /// What the loop needs to know about the capsule (fixed for the session).
@@ -226,6 +229,8 @@ pub struct LoopConfig {
     pub agent_switch: bool,
     /// The conversation record: a (re)started loop rebuilds its context from it.
     pub conversation_path: Option<PathBuf>,
+    /// In a cluster the record is a JetStream subject instead: `(JetStream, session id)`.
+    pub cluster_conversation: Option<(async_nats::jetstream::Context, String)>,
     /// The task a resumed session continues.
     pub resume: Option<ResumeSeed>,
     /// Upper bound on one driver call as seen by the loop (the driver's deadline plus margin).
@@ -315,7 +320,15 @@ impl Actor for AgentLoop {
     type Arguments = LoopConfig;
 
     async fn pre_start(&self, _myself: ActorRef<LoopMsg>, config: LoopConfig) -> Result<LoopState, ActorProcessingErr> {
-        let restored = config.conversation_path.as_deref().map(read_conversation).unwrap_or_default();
+        let restored = match (&config.cluster_conversation, config.conversation_path.as_deref()) {
+            (Some((js, session)), _) => {
+                let record = crate::cluster::Record::Conversation;
+                let (_, entries) = crate::cluster::StreamLog::open(js, session, record).await?;
+                resume::context_of(entries)
+            }
+            (None, Some(path)) => read_conversation(path),
+            (None, None) => Vec::new(),
+        };
         let mut state = LoopState {
             config,
             conversation: Vec::new(),
@@ -400,6 +413,7 @@ impl Actor for AgentLoop {
                     let _ = reply.send(Vec::new());
                 }
             },
+            LoopMsg::InjectPanic => panic!("agent loop: injected panic (test hook)"),
             LoopMsg::EndSession(reply) => {
                 state.end_session().await;
                 let _ = reply.send(());

@@ -43,8 +43,13 @@ pub const INTERRUPTED: &str = capsule_protocol::Code::ToolInterrupted.as_str();
 /// The context a conversation record holds: its verified message lines from the last
 /// compaction marker on (the whole record when the context was never compacted).
 pub fn read_conversation(path: &std::path::Path) -> Vec<Message> {
+    context_of(crate::emitter::journal_records(path))
+}
+
+/// The context the entries of a conversation record hold (from its last compaction marker on).
+pub(crate) fn context_of(entries: Vec<Vec<u8>>) -> Vec<Message> {
     let mut context = Vec::new();
-    for line in crate::emitter::journal_records(path) {
+    for line in entries {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
         if v.get(crate::journal::CONTEXT_REPLACED).is_some() {
             context.clear();

@@ -84,6 +84,21 @@ impl StreamLog {
         Ok((StreamLog { js: js.clone(), subject, last }, entries))
     }
 
+    /// Reopen a record this writer was appending to (a restarted journal): refused as fenced
+    /// when its last entry is no longer `expected`, the last one this writer wrote.
+    pub async fn reopen(
+        js: &jetstream::Context,
+        session: &str,
+        record: Record,
+        expected: u64,
+    ) -> Result<StreamLog, ClusterError> {
+        let (log, _) = StreamLog::open(js, session, record).await?;
+        if log.last != expected {
+            return Err(ClusterError::Fenced { subject: log.subject, expected });
+        }
+        Ok(log)
+    }
+
     /// The stream sequence of the last entry this writer knows (0: none).
     pub fn last(&self) -> u64 {
         self.last

@@ -8,10 +8,12 @@
 
 mod connect;
 mod error;
+mod host;
 mod lease;
 mod log;
 
 pub use connect::{connect, split_urls};
 pub use error::ClusterError;
+pub use host::ClusterHost;
 pub use lease::{DEFAULT_TTL, Lease, LeaseRecord, Leases};
 pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, subject};

@@ -1,0 +1,32 @@
+//! What a host brings to a clustered session: its connection, its name and the lease bucket.
+
+use async_nats::jetstream;
+
+use super::{ClusterError, Leases};
+
+/// This host in the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterHost {
+    /// JetStream of the cluster.
+    pub js: jetstream::Context,
+    /// This host's name (unique in the cluster).
+    pub name: String,
+    /// The lease bucket.
+    pub leases: Leases,
+    /// Replicas of the journal stream and the lease bucket.
+    pub replicas: usize,
+}
+
+impl ClusterHost {
+    /// Join: make sure the journal stream and the lease bucket exist.
+    pub async fn join(
+        js: jetstream::Context,
+        name: &str,
+        replicas: usize,
+        ttl: std::time::Duration,
+    ) -> Result<ClusterHost, ClusterError> {
+        super::ensure_journal(&js, replicas).await?;
+        let leases = Leases::open(&js, replicas, ttl).await?;
+        Ok(ClusterHost { js, name: name.to_string(), leases, replicas })
+    }
+}
