@@ -10,8 +10,7 @@
 
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::{self, consumer, stream};
-use futures::StreamExt;
+use async_nats::jetstream::{self, stream};
 
 use super::ClusterError;
 
@@ -50,6 +49,28 @@ pub fn subject(session: &str, record: Record) -> Result<String, ClusterError> {
     Ok(format!("{PREFIX}.{session}.{}", record.token()))
 }
 
+/// How long an operation keeps trying while JetStream does not answer (a cluster still
+/// forming, a leader election after a server was lost).
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Run `op` until it succeeds, fails for a reason other than JetStream not answering, or
+/// [`PATIENCE`] runs out.
+pub(crate) async fn patiently<T, F, Fut>(mut op: F) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClusterError>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        match op().await {
+            Err(ClusterError::JetStream { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Create the journal stream with `replicas`, or take the one that exists.
 pub async fn ensure_journal(js: &jetstream::Context, replicas: usize) -> Result<stream::Stream, ClusterError> {
     let config = stream::Config {
@@ -59,7 +80,10 @@ pub async fn ensure_journal(js: &jetstream::Context, replicas: usize) -> Result<
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| ClusterError::js("create the journal stream", e))
+    patiently(|| async {
+        js.get_or_create_stream(config.clone()).await.map_err(|e| ClusterError::js("create the journal stream", e))
+    })
+    .await
 }
 
 /// One session record, open for appending.
@@ -68,6 +92,8 @@ pub struct StreamLog {
     js: jetstream::Context,
     subject: String,
     last: u64,
+    /// This writer's id, unique per open: the deduplication id of its appends.
+    writer: String,
 }
 
 impl StreamLog {
@@ -79,9 +105,9 @@ impl StreamLog {
         record: Record,
     ) -> Result<(StreamLog, Vec<Vec<u8>>), ClusterError> {
         let subject = subject(session, record)?;
-        let stream = js.get_stream(JOURNAL_STREAM).await.map_err(|e| ClusterError::js("find the journal stream", e))?;
-        let (entries, last) = read(&stream, &subject).await?;
-        Ok((StreamLog { js: js.clone(), subject, last }, entries))
+        let (entries, last) = read_patiently(js, &subject).await?;
+        let writer = uuid::Uuid::now_v7().simple().to_string();
+        Ok((StreamLog { js: js.clone(), subject, last, writer }, entries))
     }
 
     /// Reopen a record this writer was appending to (a restarted journal): refused as fenced
@@ -110,9 +136,29 @@ impl StreamLog {
     }
 
     /// Append one JSON object once nobody else appended since this writer's last entry;
-    /// returns its stream sequence after JetStream acknowledged it.
+    /// returns its stream sequence after JetStream acknowledged it. While JetStream does not
+    /// answer it keeps trying (the same append, deduplicated) for up to [`PATIENCE`]: the
+    /// step waits, it is never taken unacknowledged.
     pub async fn append(&mut self, object: Vec<u8>) -> Result<u64, ClusterError> {
-        let publish = PublishMessage::build().payload(object.into()).expected_last_subject_sequence(self.last);
+        let payload = bytes::Bytes::from(object);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match self.append_once(payload.clone()).await {
+                Err(ClusterError::JetStream { .. }) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn append_once(&mut self, payload: bytes::Bytes) -> Result<u64, ClusterError> {
+        // The id (this writer, this position) makes a retried append idempotent: if an earlier
+        // attempt was stored but its acknowledgement lost (a leader change), JetStream answers
+        // the retry with the stored entry instead of refusing it as a conflict. Another
+        // writer's id differs, so its append at the same position is still refused.
+        let id = format!("{}:{}", self.writer, self.last);
+        let publish = PublishMessage::build().payload(payload).expected_last_subject_sequence(self.last).message_id(id);
         let pending = self
             .js
             .send_publish(self.subject.clone(), publish)
@@ -131,29 +177,35 @@ impl StreamLog {
     }
 }
 
+/// [`read`], tried again while JetStream does not answer; an entry in the wrong format is
+/// refused at once.
+async fn read_patiently(js: &jetstream::Context, subject: &str) -> Result<(Vec<Vec<u8>>, u64), ClusterError> {
+    patiently(|| async {
+        match js.get_stream(JOURNAL_STREAM).await {
+            Ok(stream) => read(&stream, subject).await,
+            Err(e) => Err(ClusterError::js("find the journal stream", e)),
+        }
+    })
+    .await
+}
+
 /// Every entry of `subject` in order, checked to be JSON objects, and the last one's sequence.
+/// Each is read from the stream leader ("the first entry of the subject at or after N"), so
+/// the read is consistent with the appends that were acknowledged, and no consumer is left
+/// behind on a server that may be lost.
 async fn read(stream: &stream::Stream, subject: &str) -> Result<(Vec<Vec<u8>>, u64), ClusterError> {
-    let config = consumer::pull::OrderedConfig {
-        filter_subject: subject.to_string(),
-        deliver_policy: consumer::DeliverPolicy::All,
-        ..Default::default()
-    };
-    let mut consumer =
-        stream.create_consumer(config).await.map_err(|e| ClusterError::js(format!("read {subject}"), e))?;
-    let pending = consumer.info().await.map_err(|e| ClusterError::js(format!("read {subject}"), e))?.num_pending;
+    use async_nats::jetstream::stream::LastRawMessageErrorKind as Kind;
     let (mut entries, mut last) = (Vec::new(), 0);
-    if pending == 0 {
-        return Ok((entries, last));
-    }
-    let mut messages = consumer.messages().await.map_err(|e| ClusterError::js(format!("read {subject}"), e))?;
-    while let Some(m) = messages.next().await {
-        let m = m.map_err(|e| ClusterError::js(format!("read {subject}"), e))?;
-        let info = m.info().map_err(|e| ClusterError::JetStream { what: format!("read {subject}"), source: e })?;
-        let (sequence, left) = (info.stream_sequence, info.pending);
-        let is_object = serde_json::from_slice::<serde_json::Value>(&m.payload).map(|v| v.is_object());
-        match is_object {
-            Ok(true) => {}
-            Ok(false) => {
+    loop {
+        let m = match stream.get_first_raw_message_by_subject(subject, last + 1).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == Kind::NoMessageFound => return Ok((entries, last)),
+            Err(e) => return Err(ClusterError::js(format!("read {subject}"), e)),
+        };
+        let sequence = m.sequence;
+        match serde_json::from_slice::<serde_json::Value>(&m.payload) {
+            Ok(v) if v.is_object() => {}
+            Ok(_) => {
                 return Err(ClusterError::BadEntry {
                     subject: subject.to_string(),
                     sequence,
@@ -166,9 +218,5 @@ async fn read(stream: &stream::Stream, subject: &str) -> Result<(Vec<Vec<u8>>, u
         }
         entries.push(m.payload.to_vec());
         last = sequence;
-        if left == 0 {
-            break;
-        }
     }
-    Ok((entries, last))
 }
