@@ -54,6 +54,7 @@ fn host() -> Host {
 
 fn shared(host: &Host) -> Shared {
     Shared {
+        cluster: None,
         host: host.clone(),
         env: Default::default(),
         host_config: None,

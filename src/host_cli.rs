@@ -36,6 +36,29 @@ pub struct HostArgs {
     /// stop) [default: capsule-work/host-<pid>.api-token].
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// Join a cluster on NATS JetStream: its servers, comma-separated
+    /// (`nats://a:4222,nats://b:4222`) [default: the host file's `cluster.servers`].
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// This host's name in the cluster [default: the host file's `cluster.name`, else
+    /// `<machine name>-<pid>`].
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// Connect to the cluster and join it (its journal stream and lease bucket made if missing).
+async fn join(plan: &HostPlan, args: &HostArgs) -> Result<Option<capsule_actors::cluster::ClusterHost>, String> {
+    use capsule_actors::cluster;
+    let entry = plan.cluster.clone().unwrap_or_default();
+    let Some(servers) = args.cluster.clone().or((!entry.servers.is_empty()).then_some(entry.servers.clone())) else {
+        return Ok(None);
+    };
+    let urls = cluster::split_urls(&servers);
+    let name = args.name.clone().or(entry.name.clone()).unwrap_or_else(cluster::ClusterHost::default_name);
+    let ttl = std::time::Duration::from_secs(entry.lease_ttl_secs.unwrap_or(3).max(1));
+    let replicas = entry.replicas.unwrap_or(3);
+    let joined = cluster::ClusterHost::start(&urls, &name, replicas, ttl).await.map_err(|e| chain(&e))?;
+    Ok(Some(joined))
 }
 
 /// The plan for a folder (its capsule subfolders) or a host file.
@@ -67,7 +90,9 @@ fn plan(target: &Path) -> Result<HostPlan, String> {
 }
 
 /// Everything shared by the capsules: the host config, the machine meter, the engine.
-async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, String> {
+async fn shared(plan: &HostPlan, args: &HostArgs) -> Result<Shared, String> {
+    let config = args.config.as_ref();
+    let cluster = join(plan, args).await?;
     let (config, path) = load_host_config(config.or(plan.config.as_ref()))?;
     let machine = machine_meter(&config).await?;
     let tls = match &plan.tls {
@@ -85,6 +110,7 @@ async fn shared(plan: &HostPlan, config: Option<&PathBuf>) -> Result<Shared, Str
         machine,
         bind: plan.bind,
         tls,
+        cluster,
     })
 }
 
@@ -110,7 +136,7 @@ pub async fn host(args: HostArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let shared = match shared(&plan, args.config.as_ref()).await {
+    let shared = match shared(&plan, &args).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -49,6 +49,26 @@ pub struct HostFile {
     /// TLS for the host API and every door.
     #[serde(default)]
     pub tls: Option<TlsEntry>,
+    /// Join a cluster on NATS JetStream.
+    #[serde(default)]
+    pub cluster: Option<ClusterEntry>,
+}
+
+/// `cluster:` as written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterEntry {
+    /// NATS server URLs, comma-separated (`nats://a:4222,nats://b:4222`).
+    pub servers: String,
+    /// This host's name in the cluster (default: the machine's name and the process id).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Replicas of the journal stream and the lease bucket (default 3).
+    #[serde(default)]
+    pub replicas: Option<usize>,
+    /// Seconds a lease lives without a renewal (default 3).
+    #[serde(default)]
+    pub lease_ttl_secs: Option<u64>,
 }
 
 /// `tls:` as written: PEM files.
@@ -91,6 +111,8 @@ pub struct HostPlan {
     pub config: Option<PathBuf>,
     /// TLS certificate and key files, resolved.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// The cluster to join, when any.
+    pub cluster: Option<ClusterEntry>,
 }
 
 /// One capsule of a [`HostPlan`].
@@ -223,7 +245,14 @@ impl HostFile {
             return Err(Diagnostics(found));
         }
         let tls = self.tls.as_ref().map(|t| (resolve(base, &t.cert), resolve(base, &t.key)));
-        Ok(HostPlan { capsules, bind, port, config: self.config.as_deref().map(|c| resolve(base, c)), tls })
+        Ok(HostPlan {
+            capsules,
+            bind,
+            port,
+            config: self.config.as_deref().map(|c| resolve(base, c)),
+            tls,
+            cluster: self.cluster.clone(),
+        })
     }
 }
 
@@ -251,7 +280,7 @@ pub fn plan_folders(dir: &Path, folders: &[String]) -> Result<HostPlan, Diagnost
     if !found.is_empty() {
         return Err(Diagnostics(found));
     }
-    Ok(HostPlan { capsules, bind: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 0, config: None, tls: None })
+    Ok(HostPlan { capsules, bind: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 0, config: None, tls: None, cluster: None })
 }
 
 /// Names valid and unique; fixed ports unique across the doors and the host API.

@@ -31,6 +31,7 @@ pub fn host() -> Host {
 /// machine meter, doors on loopback without TLS.
 pub fn loopback_shared() -> capsule_actors::host::Shared {
     capsule_actors::host::Shared {
+        cluster: None,
         host: host(),
         env: Default::default(),
         host_config: None,

@@ -18,6 +18,24 @@ pub struct ClusterHost {
 }
 
 impl ClusterHost {
+    /// Connect to any of `urls` and join as `name` (E-CLU-001 when none answers).
+    pub async fn start(
+        urls: &[String],
+        name: &str,
+        replicas: usize,
+        ttl: std::time::Duration,
+    ) -> Result<ClusterHost, ClusterError> {
+        let client = super::connect(urls).await?;
+        ClusterHost::join(jetstream::new(client), name, replicas, ttl).await
+    }
+
+    /// The default name of this host: the machine's name and the process id.
+    pub fn default_name() -> String {
+        let machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let machine = machine.trim();
+        format!("{}-{}", if machine.is_empty() { "host" } else { machine }, std::process::id())
+    }
+
     /// Join: make sure the journal stream and the lease bucket exist.
     pub async fn join(
         js: jetstream::Context,

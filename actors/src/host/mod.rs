@@ -56,6 +56,8 @@ pub struct Shared {
     pub bind: IpAddr,
     /// TLS for every door (required when `bind` is not loopback).
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The cluster this host joined: its sessions are leased and journaled there.
+    pub cluster: Option<crate::cluster::ClusterHost>,
 }
 
 /// Where a capsule is in its life.

@@ -188,7 +188,7 @@ impl From<String> for NotOpened {
 /// Launch the session, link its supervisor to the slot, open the door.
 async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result<Running, NotOpened> {
     let opts = LaunchOptions {
-        cluster: None,
+        cluster: shared.cluster.clone(),
         manifest: spec.manifest.clone(),
         workdir: spec.workdir.clone(),
         host: shared.host.clone(),
