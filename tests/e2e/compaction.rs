@@ -4,7 +4,7 @@
 //! says so. Without a hook, or with a replacement that breaks the tool pairs, the context stays.
 
 use crate::common::*;
-use crate::hooks::{events, hooked, probe};
+use crate::hooks::{events, hook_folder, hooked, probe};
 use capsule_protocol::trace::ExitStatus;
 use capsule_stub::Turn;
 use serde_json::{Value, json};
@@ -157,10 +157,7 @@ async fn the_compaction_summary_runs_on_the_primary_choice_after_the_agent_switc
         a = backup.url()
     );
     let cap = Capsule::new(&y);
-    let dir = cap.path().join("hooks/compact");
-    std::fs::create_dir_all(&dir).expect("hook folder");
-    std::fs::write(dir.join("murmur.yaml"), compact_hook()).expect("hook manifest");
-    std::fs::copy(dist("hook-compact"), dir.join("hook-compact.wasm")).expect("component");
+    hook_folder(&cap, "compact", "hook-compact", &compact_hook());
     big_files(&cap);
     let session = cap.launch().await.expect("launch");
     let (outcome, _) = run_task(&session, "switch, then read both files").await;
@@ -184,10 +181,7 @@ async fn a_committed_compaction_drops_the_held_continuation_so_the_next_call_res
     // continuation id, which the loop holds; the compaction must drop it.
     let y = "name: stateful-compact\nartifacts:\n  - {name: d, runtime: driver, source: '{DIST}/driver-stateful.wasm'}\n  - {name: compact, runtime: hook, source: hooks/compact}\ninference:\n  model: m\n  driver: {artifact: d}\n  compaction:\n    threshold: 0.3\ncontext:\n  max_tokens: 10000\n";
     let cap = Capsule::new(y);
-    let dir = cap.path().join("hooks/compact");
-    std::fs::create_dir_all(&dir).expect("hook folder");
-    std::fs::write(dir.join("murmur.yaml"), compact_hook()).expect("hook manifest");
-    std::fs::copy(dist("hook-compact"), dir.join("hook-compact.wasm")).expect("component");
+    hook_folder(&cap, "compact", "hook-compact", &compact_hook());
     let session = cap.launch().await.expect("launch");
     let (first, _) = run_task(&session, "hi").await;
     assert_eq!(first.message, "messages=1 continuation=none");

@@ -20,12 +20,18 @@ pub fn hooked(endpoint: &str, name: &str, hooks: &[(&str, &str, &str)], inferenc
     y.push_str(&format!("inference:\n  model: claude-test\n  driver: {{artifact: anthropic}}\n{inference}{top}"));
     let cap = Capsule::new(&y);
     for (hook, wasm, own) in hooks {
-        let dir = cap.path().join("hooks").join(hook);
-        std::fs::create_dir_all(&dir).expect("hook folder");
-        std::fs::write(dir.join("murmur.yaml"), own).expect("hook manifest");
-        std::fs::copy(dist(wasm), dir.join(format!("{wasm}.wasm"))).expect("component");
+        hook_folder(&cap, hook, wasm, own);
     }
     cap
+}
+
+/// `hooks/<hook>/` in the capsule's folder: the hook's own `murmur.yaml` (`own`) and the
+/// component `components/dist/<wasm>.wasm` beside it.
+pub fn hook_folder(cap: &Capsule, hook: &str, wasm: &str, own: &str) {
+    let dir = cap.path().join("hooks").join(hook);
+    std::fs::create_dir_all(&dir).expect("hook folder");
+    std::fs::write(dir.join("murmur.yaml"), own).expect("hook manifest");
+    std::fs::copy(dist(wasm), dir.join(format!("{wasm}.wasm"))).expect("component");
 }
 
 pub fn probe(extra: &str) -> String {

@@ -21,6 +21,7 @@ mod resume;
 mod settings;
 mod spans;
 mod task;
+mod tool_calls;
 
 pub use ask::InputRefusal;
 pub use compaction::CompactionConfig;

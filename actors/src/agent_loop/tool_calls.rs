@@ -1,0 +1,164 @@
+//! The tool calls of a turn: run each in order through the tools actor (or the runtime's own
+//! `switch-driver`), journal its result before the next step, emit its `artifact` frame, and
+//! keep a long result whole in a file.
+
+use capsule_protocol::Code;
+use capsule_protocol::frame::{ARTIFACT_FRAME_BYTES, ArtifactBody, Frame, prefix};
+use capsule_protocol::neutral::Message;
+use capsule_protocol::trace::TraceKind;
+use ractor::ActorRef;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{LoopMsg, LoopState};
+use crate::coalescer::CoalescerMsg;
+use crate::names::role;
+use crate::tools::{ToolRunReply, ToolsMsg};
+
+impl LoopState {
+    pub(crate) async fn run_pending(&mut self, myself: &ActorRef<LoopMsg>) {
+        self.run_next_call(myself).await;
+    }
+
+    pub(crate) async fn run_next_call(&mut self, myself: &ActorRef<LoopMsg>) {
+        let declared: Vec<String> = self.config.tools.iter().map(|t| t.name.clone()).collect();
+        let Some(r) = self.running.as_mut() else { return };
+        let Some((_, name, input)) = r.calls.get(r.next_call).cloned() else {
+            return self.next_turn(myself).await;
+        };
+        r.call_started = Instant::now();
+        let attempt = r.attempt;
+        if name == crate::choices::SWITCH_TOOL && self.config.agent_switch {
+            let target = input.get("driver").cloned().unwrap_or(serde_json::Value::Null);
+            let reply = match self.switch(&target, crate::control::Principal::Agent).await {
+                Ok(ch) => ToolRunReply {
+                    content: format!(
+                        "switched the driver choice from {} to {}; it applies from the next inference call",
+                        ch.previous, ch.value
+                    ),
+                    is_error: false,
+                    duration_ms: 0,
+                    truncated: false,
+                    code: None,
+                },
+                Err(r) => ToolRunReply {
+                    content: format!("{r} ({})", r.reason()),
+                    is_error: true,
+                    duration_ms: 0,
+                    truncated: false,
+                    code: None,
+                },
+            };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+            return;
+        }
+        if !declared.contains(&name) {
+            let content = format!(
+                "tool `{name}` is not declared in this capsule; available tools: {}",
+                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+            );
+            let reply = ToolRunReply { content, is_error: true, duration_ms: 0, truncated: false, code: None };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+            return;
+        }
+        let (task_id, call_id) = (
+            self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(),
+            self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default(),
+        );
+        let started = json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input});
+        if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, started)]).await {
+            return self.fail_unjournaled(e).await;
+        }
+        let tools = self.peer(role::TOOLS);
+        let events: Arc<dyn capsule_runtime::GuestEvents> =
+            Arc::new(super::ask::InputAsker::new(myself.clone(), attempt));
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let input = input.to_string();
+            let crashed = || ToolRunReply {
+                content: format!(
+                    "{}: the tools actor crashed during the call and is being restarted",
+                    Code::ActorCrashed
+                ),
+                is_error: true,
+                duration_ms: 0,
+                truncated: false,
+                code: Some(Code::ActorCrashed.as_str()),
+            };
+            // No timeout here: the tool's own deadline (`deadline_seconds`) bounds the call.
+            let reply = match tools.find::<ToolsMsg>() {
+                Err(_) => crashed(),
+                Ok(t) => match t.call(|reply| ToolsMsg::Run { name, input, events, reply }, None).await {
+                    Ok(ractor::rpc::CallResult::Success(r)) => r,
+                    _ => crashed(),
+                },
+            };
+            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+        });
+    }
+
+    pub(crate) async fn on_tool_done(&mut self, myself: &ActorRef<LoopMsg>, reply: ToolRunReply) {
+        let Some(r) = self.running.as_mut() else { return };
+        let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
+        r.next_call += 1;
+        let task_id = r.task_id.clone();
+        let call_started = r.call_started;
+        let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Settle { id: id.clone() });
+        // A long result: the model gets all of it (the conversation record), the trace and the
+        // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
+        let long = reply.content.len() > ARTIFACT_FRAME_BYTES;
+        let output_file = if long { self.keep_output(&id, &reply.content) } else { None };
+        let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
+        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
+        let result = Message::tool_result(id.clone(), reply.content.clone(), reply.is_error);
+        if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, finished)]).await {
+            return self.fail_unjournaled(e).await;
+        }
+        self.span(
+            "capsule.tool_call",
+            call_started,
+            vec![
+                opentelemetry::KeyValue::new("tool_name", name.clone()),
+                opentelemetry::KeyValue::new("input_bytes", input.to_string().len() as i64),
+                opentelemetry::KeyValue::new("output_bytes", reply.content.len() as i64),
+                opentelemetry::KeyValue::new("status", if reply.is_error { "failed" } else { "passed" }),
+            ],
+        );
+        self.tool_answered(&name, input.to_string().len() as u64, &reply).await;
+        self.emit(Frame::Artifact {
+            id: task_id,
+            artifact: ArtifactBody {
+                tool_name: Some(name),
+                content: Some(shown),
+                fence_source: None,
+                tool_call_id: Some(id),
+                is_error: Some(reply.is_error),
+                duration_ms: Some(reply.duration_ms),
+                exit_code: None,
+                truncated: Some(reply.truncated || long),
+                output_file,
+            },
+        });
+        self.run_next_call(myself).await;
+    }
+
+    /// Keep a long tool result whole in `out/tool-<call>.txt` (`0600`, never through a link);
+    /// its path relative to the session folder, or `None` when it could not be written (the
+    /// conversation record still has it).
+    fn keep_output(&self, call_id: &str, content: &str) -> Option<String> {
+        use sha2::Digest;
+        // The call id comes from the provider: name the file by a hash of it.
+        let digest = sha2::Sha256::digest(call_id.as_bytes());
+        let name = format!("tool-{}.txt", hex::encode(&digest[..8]));
+        let written =
+            capsule_runtime::Beneath::open(&self.config.out_dir).and_then(|d| d.write(&name, content.as_bytes()));
+        match written {
+            Ok(()) => Some(format!("out/{name}")),
+            Err(e) => {
+                tracing::error!(error = %e, code = %Code::SessionIo, "cannot keep a long tool result");
+                None
+            }
+        }
+    }
+}
