@@ -108,17 +108,20 @@ fn default_ledger_dir() -> PathBuf {
 }
 
 /// Start the host-wide spend meter when the host config sets a machine ceiling.
-pub async fn machine_meter(config: &HostConfig) -> Result<Option<ractor::ActorRef<MachineMsg>>, String> {
+pub async fn machine_meter(
+    config: &HostConfig,
+    cluster: Option<capsule_actors::cluster::ClusterSpend>,
+) -> Result<Option<ractor::ActorRef<MachineMsg>>, String> {
     let Some(ceiling) = config.spend.machine_tokens_per_day else { return Ok(None) };
     let dir = config.spend.ledger_dir.as_ref().map(PathBuf::from).unwrap_or_else(default_ledger_dir);
-    let (meter, _) =
-        ractor::Actor::spawn(None, MachineMeter, MachineArgs::new(dir.clone(), Some(ceiling))).await.map_err(|e| {
-            format!(
-                "{code}: the host spend meter could not start with ledger {}: {e}",
-                dir.display(),
-                code = Code::ActorCrashed
-            )
-        })?;
+    let args = MachineArgs { cluster, ..MachineArgs::new(dir.clone(), Some(ceiling)) };
+    let (meter, _) = ractor::Actor::spawn(None, MachineMeter, args).await.map_err(|e| {
+        format!(
+            "{code}: the host spend meter could not start with ledger {}: {e}",
+            dir.display(),
+            code = Code::ActorCrashed
+        )
+    })?;
     Ok(Some(meter))
 }
 
@@ -238,7 +241,7 @@ type HostSetup = (Option<(HostConfig, PathBuf)>, Option<ractor::ActorRef<Machine
 
 async fn host_setup(args: &RunArgs) -> Result<HostSetup, String> {
     let (config, path) = load_host_config(args.config.as_ref())?;
-    let machine = machine_meter(&config).await?;
+    let machine = machine_meter(&config, None).await?;
     Ok((path.map(|p| (config, p)), machine))
 }
 

@@ -94,7 +94,8 @@ async fn shared(plan: &HostPlan, args: &HostArgs) -> Result<Shared, String> {
     let config = args.config.as_ref();
     let cluster = join(plan, args).await?;
     let (config, path) = load_host_config(config.or(plan.config.as_ref()))?;
-    let machine = machine_meter(&config).await?;
+    // Clustered, `spend.machine_tokens_per_day` is the cluster's, per UTC day.
+    let machine = machine_meter(&config, cluster.as_ref().map(|c| c.spend.clone())).await?;
     let tls = match &plan.tls {
         None => None,
         Some((cert, key)) => {

@@ -84,7 +84,18 @@ async fn a_host_that_joined_the_cluster_leases_and_journals_its_sessions_there()
     let client = cluster::connect(&c.urls()).await.expect("connects");
     let js = async_nats::jetstream::new(client);
     let kv = js.get_key_value("CAPSULE_LEASES").await.expect("the lease bucket exists");
-    let mut keys = futures::StreamExt::collect::<Vec<_>>(kv.keys().await.expect("keys")).await;
+    // Listing keys makes a consumer, which a cluster may be slow to place: tried until it answers.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut keys = loop {
+        match kv.keys().await {
+            Ok(k) => break futures::StreamExt::collect::<Vec<_>>(k).await,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("listing lease keys: {e}; again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("keys: {e}"),
+        }
+    };
     assert_eq!(keys.len(), 1, "one session: {keys:?}");
     let session = keys.remove(0).expect("key");
     let leases = cluster::Leases::open(&js, 3, Duration::from_secs(3)).await.expect("bucket");

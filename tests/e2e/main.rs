@@ -10,6 +10,7 @@ mod bad_input;
 mod cluster;
 mod cluster_host;
 mod cluster_session;
+mod cluster_spend;
 mod common;
 mod compaction;
 mod control;

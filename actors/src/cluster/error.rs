@@ -84,6 +84,22 @@ pub enum ClusterError {
     },
 }
 
+/// Whether `e` (or a cause of it) is JetStream refusing a write whose expected last sequence
+/// or revision no longer holds. A clustered stream answers that as code 10071 or 10164; the
+/// client names only the first, so both are recognised here.
+pub fn wrong_last_sequence(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(js) = c.downcast_ref::<async_nats::jetstream::Error>()
+            && matches!(js.error_code().0, 10071 | 10164)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 impl ClusterError {
     /// The diagnostic code.
     pub fn code(&self) -> Code {

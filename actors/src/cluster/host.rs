@@ -13,6 +13,8 @@ pub struct ClusterHost {
     pub name: String,
     /// The lease bucket.
     pub leases: Leases,
+    /// The cluster's daily spend.
+    pub spend: super::ClusterSpend,
     /// Replicas of the journal stream and the lease bucket.
     pub replicas: usize,
 }
@@ -45,6 +47,7 @@ impl ClusterHost {
     ) -> Result<ClusterHost, ClusterError> {
         super::ensure_journal(&js, replicas).await?;
         let leases = Leases::open(&js, replicas, ttl).await?;
-        Ok(ClusterHost { js, name: name.to_string(), leases, replicas })
+        let spend = super::ClusterSpend::open(&js, replicas).await?;
+        Ok(ClusterHost { js, name: name.to_string(), leases, spend, replicas })
     }
 }

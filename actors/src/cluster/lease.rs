@@ -34,6 +34,7 @@ pub struct LeaseRecord {
 #[derive(Debug, Clone)]
 pub struct Leases {
     kv: kv::Store,
+    js: jetstream::Context,
     ttl: Duration,
 }
 
@@ -66,7 +67,7 @@ impl Leases {
             }
         })
         .await?;
-        Ok(Leases { kv, ttl })
+        Ok(Leases { kv, js: js.clone(), ttl })
     }
 
     /// The TTL.
@@ -85,7 +86,7 @@ impl Leases {
                 lease.renew().await?;
                 Ok(lease)
             }
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || super::wrong_last_sequence(&e) => {
                 let holder = self.holder(session).await?;
                 let (holder, epoch) = holder.map(|h| (h.host, h.epoch)).unwrap_or_else(|| ("(expiring)".into(), 0));
                 Err(ClusterError::Held { session: session.to_string(), holder, epoch })
@@ -96,12 +97,12 @@ impl Leases {
 
     /// Who holds `session` now, if anyone.
     pub async fn holder(&self, session: &str) -> Result<Option<LeaseRecord>, ClusterError> {
-        let entry =
-            self.kv.entry(session).await.map_err(|e| ClusterError::js(format!("read the lease of {session}"), e))?;
-        let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
-        serde_json::from_slice(&entry.value).map(Some).map_err(|e| ClusterError::BadEntry {
+        let Some((value, revision)) = super::kv_read::latest(&self.js, LEASE_BUCKET, session).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&value).map(Some).map_err(|e| ClusterError::BadEntry {
             subject: format!("{LEASE_BUCKET}/{session}"),
-            sequence: entry.revision,
+            sequence: revision,
             why: e.to_string(),
         })
     }
@@ -124,11 +125,13 @@ impl Lease {
                 self.revision = revision;
                 Ok(())
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Err(ClusterError::Lost {
-                session: self.session.clone(),
-                host: self.record.host.clone(),
-                epoch: self.record.epoch,
-            }),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || super::wrong_last_sequence(&e) => {
+                Err(ClusterError::Lost {
+                    session: self.session.clone(),
+                    host: self.record.host.clone(),
+                    epoch: self.record.epoch,
+                })
+            }
             Err(e) => Err(ClusterError::js(format!("renew the lease of {}", self.session), e)),
         }
     }

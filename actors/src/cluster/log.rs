@@ -169,7 +169,7 @@ impl StreamLog {
                 self.last = ack.sequence;
                 Ok(ack.sequence)
             }
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence || super::wrong_last_sequence(&e) => {
                 Err(ClusterError::Fenced { subject: self.subject.clone(), expected: self.last })
             }
             Err(e) => Err(ClusterError::js(format!("store an entry of {}", self.subject), e)),

@@ -9,11 +9,14 @@
 mod connect;
 mod error;
 mod host;
+mod kv_read;
 mod lease;
 mod log;
+mod spend;
 
 pub use connect::{connect, split_urls};
-pub use error::ClusterError;
+pub use error::{ClusterError, wrong_last_sequence};
 pub use host::ClusterHost;
 pub use lease::{DEFAULT_TTL, Lease, LeaseRecord, Leases};
 pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, subject};
+pub use spend::{ClusterSpend, DayTotals, SPEND_BUCKET};

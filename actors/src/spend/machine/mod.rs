@@ -47,12 +47,15 @@ pub struct MachineArgs {
     pub tokens_per_day: Option<u64>,
     /// The clock.
     pub clock: Clock,
+    /// On a clustered host: the ceiling is the cluster's, kept in KV (this process's ledger
+    /// still records its own calls).
+    pub cluster: Option<crate::cluster::ClusterSpend>,
 }
 
 impl MachineArgs {
     /// With the system clock.
     pub fn new(dir: impl Into<PathBuf>, tokens_per_day: Option<u64>) -> Self {
-        MachineArgs { dir: dir.into(), tokens_per_day, clock: system_clock() }
+        MachineArgs { dir: dir.into(), tokens_per_day, clock: system_clock(), cluster: None }
     }
 }
 
@@ -131,6 +134,9 @@ pub struct MachineState {
     refusals: u64,
     recovered: Recovery,
     writer: Writer,
+    cluster: Option<crate::cluster::ClusterSpend>,
+    /// The UTC day each open cluster reservation was counted on (it settles there).
+    cluster_days: std::collections::HashMap<Key, String>,
 }
 
 impl MachineState {
@@ -179,6 +185,48 @@ impl MachineState {
                     requested: tokens,
                 })
             }
+        }
+    }
+
+    /// A reservation decided by the cluster's day total (compare-and-set in KV), then recorded
+    /// in this process's ledger. A cluster that cannot be asked refuses the call.
+    async fn reserve_in_cluster(
+        &mut self,
+        cluster: &crate::cluster::ClusterSpend,
+        key: Key,
+        tokens: u64,
+    ) -> Result<(), Refusal> {
+        let ceiling = self.ceiling.unwrap_or(u64::MAX);
+        let day = UtcDay::of((self.clock)()).to_string();
+        let refused = |limit, used| Refusal { limit, ceiling: self.ceiling.unwrap_or(0), used, requested: tokens };
+        match cluster.reserve(&day, tokens, ceiling).await {
+            Ok(Ok(())) => {}
+            Ok(Err(used)) => {
+                self.refusals += 1;
+                return Err(refused(Limit::Machine, used));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "spend: the cluster's day total cannot be changed; call refused");
+                self.refusals += 1;
+                return Err(refused(Limit::MachineUnavailable, 0));
+            }
+        }
+        let ts = self.now_ms();
+        self.cluster_days.insert(key.clone(), day);
+        if let Err(e) = self.ledger.locked(|l| l.reserve_line(key, tokens, ts)) {
+            tracing::error!(error = %e, "spend: the local ledger did not record a reservation the cluster granted");
+        }
+        Ok(())
+    }
+
+    /// Settle in the cluster's day total what the reservation `key` spent (0 for a release).
+    async fn cluster_settle(&mut self, key: &Key, spent: u64) {
+        let Some(cluster) = self.cluster.clone() else { return };
+        let Some(reserved) = self.ledger.open.get(key).map(|o| o.tokens) else { return };
+        let Some(day) = self.cluster_days.remove(key) else { return };
+        if let Err(e) = cluster.settle(&day, reserved, spent).await {
+            // The reservation stays counted in the cluster: refusing too much is safe.
+            tracing::error!(error = %e, "spend: a settlement did not reach the cluster's day total");
         }
     }
 
@@ -257,6 +305,8 @@ impl Actor for MachineMeter {
             recovered: ledger.recovery.clone(),
             ledger,
             refusals: 0,
+            cluster: args.cluster,
+            cluster_days: Default::default(),
         })
     }
 
@@ -272,11 +322,21 @@ impl Actor for MachineMeter {
         }
         match msg {
             MachineMsg::Reserve { session, id, tokens, reply } => {
-                let _ = reply.send(state.reserve((session, id), tokens));
+                let granted = match state.cluster.clone() {
+                    None => state.reserve((session, id), tokens),
+                    Some(c) => state.reserve_in_cluster(&c, (session, id), tokens).await,
+                };
+                let _ = reply.send(granted);
             }
-            MachineMsg::Release { session, id } => state.release((session, id)),
+            MachineMsg::Release { session, id } => {
+                let key = (session, id);
+                state.cluster_settle(&key, 0).await;
+                state.release(key);
+            }
             MachineMsg::Settle { session, id, input, output, ack } => {
-                state.settle((session, id), input, output, false, ack)
+                let key = (session, id);
+                state.cluster_settle(&key, input.saturating_add(output)).await;
+                state.settle(key, input, output, false, ack)
             }
             MachineMsg::Abandon { session } => {
                 let me = state.ledger.me.clone();
@@ -289,6 +349,7 @@ impl Actor for MachineMeter {
                     .collect();
                 for (key, tokens) in keys {
                     tracing::warn!(session = %key.0, reservation = key.1, tokens, "spend: open reservation of a restarted session charged in full");
+                    state.cluster_settle(&key, tokens).await;
                     state.settle(key, tokens, 0, true, None);
                 }
             }

@@ -16,7 +16,7 @@ fn clock_at(ms: &Arc<AtomicU64>) -> Clock {
 }
 
 async fn start(dir: &std::path::Path, ceiling: Option<u64>, clock: Clock) -> ActorRef<MachineMsg> {
-    let args = MachineArgs { dir: dir.to_path_buf(), tokens_per_day: ceiling, clock };
+    let args = MachineArgs { dir: dir.to_path_buf(), tokens_per_day: ceiling, clock, cluster: None };
     Actor::spawn(None, MachineMeter, args).await.expect("spawn machine meter").0
 }
 

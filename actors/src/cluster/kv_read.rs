@@ -1,0 +1,27 @@
+//! Reading a KV key from its stream's leader. The client's own KV reads may be answered by any
+//! replica and so be behind; a lease holder or a day total read to decide or report must be
+//! the latest one acknowledged.
+
+use async_nats::jetstream;
+
+use super::ClusterError;
+
+/// The latest value of `key` in `bucket` and its revision; `None` when there is none (never
+/// written, deleted or purged).
+pub(crate) async fn latest(
+    js: &jetstream::Context,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<(bytes::Bytes, u64)>, ClusterError> {
+    use jetstream::stream::LastRawMessageErrorKind as Kind;
+    let what = || format!("read {bucket}/{key}");
+    let stream = js.get_stream(format!("KV_{bucket}")).await.map_err(|e| ClusterError::js(what(), e))?;
+    match stream.get_last_raw_message_by_subject(&format!("$KV.{bucket}.{key}")).await {
+        Ok(m) => {
+            let removed = m.headers.get("KV-Operation").is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"));
+            Ok((!removed).then_some((m.payload, m.sequence)))
+        }
+        Err(e) if e.kind() == Kind::NoMessageFound => Ok(None),
+        Err(e) => Err(ClusterError::js(what(), e)),
+    }
+}
