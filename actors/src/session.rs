@@ -325,10 +325,14 @@ impl Session {
         }
         children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
         children.push(ChildSpec::Loop(Box::new(loop_config)));
+        let mut leased = None;
         if let Some(c) = &opts.cluster {
             // Exactly one host owns a session: the lease is taken before anything runs, and its
             // keeper is the first child, so the session stops when the lease is lost.
             let lease = c.leases.acquire(&session_id, &c.name).await?;
+            leased = Some(
+                json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": c.leases.ttl().as_millis() as u64}),
+            );
             let every = (c.leases.ttl() / 3).max(Duration::from_millis(50));
             let keeper = crate::lease_keeper::KeeperArgs {
                 session_id: session_id.clone(),
@@ -370,6 +374,9 @@ impl Session {
             // So `--resume` sends the primary driver's traffic where this session did.
             "endpoint_override": opts.endpoint_override.as_ref().map(|o| json!({"endpoint": o.endpoint, "keyless": o.keyless})),
         });
+        if let Some(l) = leased {
+            start["cluster"] = l;
+        }
         if !m.inference.alternates.is_empty() {
             start["inference_choices"] = json!(choices.iter().map(|c| {
                 let cred = prepared.credentials.get(&c.driver);

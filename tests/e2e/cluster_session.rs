@@ -47,6 +47,10 @@ async fn a_clustered_session_journals_to_jetstream_and_stops_once_another_host_h
     for k in ["session_start", "task_start", "tool_call_started", "tool_call", "task_end"] {
         assert!(trace.contains(&k.to_string()), "{k} in {trace:?}");
     }
+    let (_, raw) = StreamLog::open(&a.js, &sid, Record::Trace).await.expect("trace");
+    let start: Value = serde_json::from_slice(&raw[0]).expect("session_start");
+    assert_eq!(start["cluster"]["host"], "host-a", "{start}");
+    assert!(start["cluster"]["epoch"].as_u64().is_some_and(|e| e > 0), "{start}");
     assert!(!session.dir.join("conversation.jsonl").exists(), "no local conversation record");
     // A crashed loop is restarted and rebuilds its context from the JetStream record.
     assert!(session.inject_loop_panic());
