@@ -1,15 +1,15 @@
 //! Where an artifact's component comes from, besides a bare `.wasm`: an artifact folder (its
 //! `module`, or Murmur's rule among its files) or an installed package (`crate::package`),
-//! held to `murmur.lock`.
+//! held to `murmur.lock`; and whether the component fits the role it is declared with.
 
 use capsule_protocol::lockfile::{LOCK_FILE, Lock, LockEntry, LockHashes};
-use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, Manifest};
+use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, ArtifactRuntime, Manifest};
 use capsule_protocol::{Code, Diagnostic};
-use capsule_runtime::{DiskMeter, LoadedArtifact};
+use capsule_runtime::{ComponentKind, DiskMeter, LoadedArtifact};
 use std::path::{Path, PathBuf};
 
 use crate::error::LaunchError;
-use crate::launch::{LaunchOptions, ReadyArtifact, grants_for, narrow, role_fits};
+use crate::launch::{LaunchOptions, ReadyArtifact, grants_for, narrow};
 use crate::package;
 
 /// The component of an artifact folder: its `module` when named; else by Murmur's rule among
@@ -137,7 +137,7 @@ pub(crate) fn from_package(
         &decl.name,
         &pkg.path.join(&name),
         bytes,
-        crate::launch::component_kind(decl.runtime),
+        component_kind(decl.runtime),
     )?;
     role_fits(decl, &loaded)?;
     let at = format!("artifacts[{}].capabilities", decl.name);
@@ -164,5 +164,38 @@ pub(crate) fn write_lock(dir: &Path, locked: Vec<LockEntry>, warnings: &mut Vec<
             format!("murmur.lock could not be written: {e}"),
             "make the capsule folder writable; until then installed artifacts are not pinned",
         ));
+    }
+}
+
+/// Refuse a component whose imports rule out the role it is declared with: a driver importing
+/// the tool-only `murmur:task/task`, or a tool importing the driver-only `murmur:text/chunks`.
+/// (Both worlds export the same `run`; a component that imports neither is taken at its word.)
+pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic> {
+    let imports = |prefix: &str| loaded.murmur_imports.iter().find(|i| i.starts_with(prefix));
+    let wrong = match decl.runtime {
+        ArtifactRuntime::Driver => imports("murmur:task/task").map(|i| (i, "a driver", "a tool")),
+        ArtifactRuntime::Tool => imports("murmur:text/chunks").map(|i| (i, "a tool", "a (legacy) driver")),
+        // Loaded against the hook world: its export and imports were checked there.
+        ArtifactRuntime::Hook => None,
+    };
+    match wrong {
+        None => Ok(()),
+        Some((interface, declared, is)) => Err(Diagnostic::new(
+            Code::ArtifactWrongRole,
+            format!("artifacts[{}].runtime", decl.name),
+            format!(
+                "artifact `{}` is declared {declared}, but its component imports `{interface}`, so it is {is}",
+                decl.name
+            ),
+            "declare it with the runtime it was built for, or name the right component in `source:`",
+        )),
+    }
+}
+
+/// The world an artifact declared with `runtime` is loaded against.
+pub(crate) fn component_kind(runtime: ArtifactRuntime) -> ComponentKind {
+    match runtime {
+        ArtifactRuntime::Hook => ComponentKind::Hook,
+        ArtifactRuntime::Driver | ArtifactRuntime::Tool => ComponentKind::Run,
     }
 }

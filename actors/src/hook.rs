@@ -81,6 +81,26 @@ pub struct HookArgs {
     pub queue: HookQueue,
 }
 
+/// A declared hook, wired: the loop's route to it and the actor's arguments, sharing one queue.
+pub(crate) fn wire(
+    a: &crate::launch::ReadyArtifact,
+    host: &Host,
+    inference: crate::hook_inference::HookInference,
+) -> (crate::agent_loop::HookRoute, HookArgs) {
+    let queue = HookQueue::default();
+    let contract = a.own.as_ref().and_then(|o| o.hook.clone()).unwrap_or_default();
+    let route = crate::agent_loop::HookRoute { name: a.decl.name.clone(), contract, queue: queue.clone() };
+    let args = HookArgs {
+        session_id: inference.session_id.clone(),
+        host: host.clone(),
+        artifact: a.loaded.clone(),
+        grants: a.grants.clone(),
+        events: Arc::new(inference),
+        queue,
+    };
+    (route, args)
+}
+
 /// The actor's state: its arguments and the live instance.
 pub struct HookState {
     args: HookArgs,

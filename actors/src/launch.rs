@@ -7,13 +7,12 @@ use capsule_protocol::manifest::{self, Artifact, ArtifactRuntime, Capabilities, 
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
 use capsule_runtime::{
-    ArtifactRole, Beneath, ComponentKind, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope,
-    gateway_address,
+    ArtifactRole, Beneath, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope, gateway_address,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::artifact_source::{artifact_module, from_package, read_lock, write_lock};
+use crate::artifact_source::{artifact_module, component_kind, from_package, read_lock, role_fits, write_lock};
 use crate::credentials::{CredentialSource, DriverCredential, Sources};
 use crate::error::LaunchError;
 use crate::package;
@@ -138,39 +137,6 @@ fn driver_kind(decl: &Artifact, own: Option<&CheckedArtifact>) -> KeyStyle {
         (true, false) => KeyStyle::Anthropic,
         (false, true) => KeyStyle::OpenAi,
         _ => KeyStyle::ByPath,
-    }
-}
-
-/// Refuse a component whose imports rule out the role it is declared with: a driver importing
-/// the tool-only `murmur:task/task`, or a tool importing the driver-only `murmur:text/chunks`.
-/// (Both worlds export the same `run`; a component that imports neither is taken at its word.)
-pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), Diagnostic> {
-    let imports = |prefix: &str| loaded.murmur_imports.iter().find(|i| i.starts_with(prefix));
-    let wrong = match decl.runtime {
-        ArtifactRuntime::Driver => imports("murmur:task/task").map(|i| (i, "a driver", "a tool")),
-        ArtifactRuntime::Tool => imports("murmur:text/chunks").map(|i| (i, "a tool", "a (legacy) driver")),
-        // Loaded against the hook world: its export and imports were checked there.
-        ArtifactRuntime::Hook => None,
-    };
-    match wrong {
-        None => Ok(()),
-        Some((interface, declared, is)) => Err(Diagnostic::new(
-            Code::ArtifactWrongRole,
-            format!("artifacts[{}].runtime", decl.name),
-            format!(
-                "artifact `{}` is declared {declared}, but its component imports `{interface}`, so it is {is}",
-                decl.name
-            ),
-            "declare it with the runtime it was built for, or name the right component in `source:`",
-        )),
-    }
-}
-
-/// The world an artifact declared with `runtime` is loaded against.
-pub(crate) fn component_kind(runtime: ArtifactRuntime) -> ComponentKind {
-    match runtime {
-        ArtifactRuntime::Hook => ComponentKind::Hook,
-        ArtifactRuntime::Driver | ArtifactRuntime::Tool => ComponentKind::Run,
     }
 }
 

@@ -28,6 +28,7 @@ mod journal_check;
 mod journal_log;
 mod lease_keeper;
 mod session_resume;
+mod session_start;
 mod sink;
 mod supervisor;
 mod tools;

@@ -219,7 +219,7 @@ impl Session {
                 )
             })?),
         };
-        let loop_config = LoopConfig {
+        let mut loop_config = LoopConfig {
             session_id: session_id.clone(),
             capsule_name: m.name.clone(),
             capsule_version: m.version.clone(),
@@ -254,7 +254,6 @@ impl Session {
             started: std::time::Instant::now(),
             telemetry,
         };
-        let mut loop_config = loop_config;
         let mut children = vec![
             ChildSpec::Journal(Box::new(JournalArgs {
                 trace_path: dir.join("trace.jsonl"),
@@ -298,28 +297,16 @@ impl Session {
                     );
                 }
                 ArtifactRuntime::Hook => {
-                    let queue = crate::hook::HookQueue::default();
-                    let contract = a.own.as_ref().and_then(|o| o.hook.clone()).unwrap_or_default();
-                    loop_config.hooks.push(crate::agent_loop::HookRoute {
-                        name: a.decl.name.clone(),
-                        contract,
-                        queue: queue.clone(),
-                    });
-                    let events = std::sync::Arc::new(crate::hook_inference::HookInference {
+                    let inference = crate::hook_inference::HookInference {
                         session_id: session_id.clone(),
                         hook: a.decl.name.clone(),
                         primary: choices[0].clone(),
                         timeout: loop_config.call_timeout,
                         max_retries: m.inference.max_retries,
-                    });
-                    children.push(ChildSpec::Hook(Box::new(crate::hook::HookArgs {
-                        session_id: session_id.clone(),
-                        host: opts.host.clone(),
-                        artifact: a.loaded.clone(),
-                        grants: a.grants.clone(),
-                        events,
-                        queue,
-                    })));
+                    };
+                    let (route, args) = crate::hook::wire(a, &opts.host, inference);
+                    loop_config.hooks.push(route);
+                    children.push(ChildSpec::Hook(Box::new(args)));
                 }
             }
         }
@@ -330,15 +317,12 @@ impl Session {
             // Exactly one host owns a session: the lease is taken before anything runs, and its
             // keeper is the first child, so the session stops when the lease is lost.
             let lease = c.leases.acquire(&session_id, &c.name).await?;
-            leased = Some(
-                json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": c.leases.ttl().as_millis() as u64}),
-            );
-            let every = (c.leases.ttl() / 3).max(Duration::from_millis(50));
-            let keeper = crate::lease_keeper::KeeperArgs {
-                session_id: session_id.clone(),
-                lease: Arc::new(tokio::sync::Mutex::new(lease)),
-                every,
-            };
+            let ttl = c.leases.ttl();
+            leased =
+                Some(json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": ttl.as_millis() as u64}));
+            let every = (ttl / 3).max(Duration::from_millis(50));
+            let lease = Arc::new(tokio::sync::Mutex::new(lease));
+            let keeper = crate::lease_keeper::KeeperArgs { session_id: session_id.clone(), lease, every };
             children.insert(0, ChildSpec::LeaseKeeper(keeper));
         }
         let (supervisor, _) = Actor::spawn(
@@ -360,37 +344,15 @@ impl Session {
             supervisor,
             refusals: Default::default(),
         };
-        let artifacts: Vec<_> = prepared
-            .artifacts
-            .iter()
-            .map(|a| json!({"name": a.decl.name, "runtime": a.decl.runtime, "cache": format!("{:?}", a.loaded.cache_hit).to_lowercase(), "load_ms": a.loaded.load_time.as_secs_f64() * 1000.0}))
-            .collect();
-        let credential_sources: HashMap<_, _> =
-            prepared.credentials.iter().map(|(k, v)| (k.clone(), v.source())).collect();
-        let mut start = json!({
-            "capsule": m.name, "version": m.version, "model": m.inference.model, "driver": driver,
-            "workdir": prepared.workdir, "artifacts": artifacts, "credential_source": credential_sources,
-            "manifest": std::fs::canonicalize(crate::launch::manifest_path(&opts.manifest)).ok(), "resumed": resumed_id.is_some(),
-            // So `--resume` sends the primary driver's traffic where this session did.
-            "endpoint_override": opts.endpoint_override.as_ref().map(|o| json!({"endpoint": o.endpoint, "keyless": o.keyless})),
+        let start = crate::session_start::fields(&crate::session_start::Launched {
+            prepared: &prepared,
+            opts: &opts,
+            choices: &choices,
+            driver: &driver,
+            resumed: resumed_id.is_some(),
+            cluster: leased,
+            session: &session,
         });
-        if let Some(l) = leased {
-            start["cluster"] = l;
-        }
-        if !m.inference.alternates.is_empty() {
-            start["inference_choices"] = json!(choices.iter().map(|c| {
-                let cred = prepared.credentials.get(&c.driver);
-                // `available` as `GET /control` means it: a switch to it would be accepted now.
-                json!({"name": c.name, "driver": c.artifact, "model": c.model, "max_tokens": c.max_tokens, "context_window": c.context_window,
-                       "credential_source": cred.map(|x| x.source()), "available": cred.is_none_or(|x| x.available_at_launch())})
-            }).collect::<Vec<_>>());
-        }
-        if let Some(d) = &session.door_auth {
-            start["door_authentication"] = json!({"scheme": "bearer", "token_id": d.key.id()});
-        }
-        if let Some(c) = &session.control {
-            start["control"] = json!({"settings": c.settings, "secrets": c.secrets, "token_id": c.key.id(), "agent_settings": m.control.agent_settings});
-        }
         session.trace(TraceKind::SessionStart, start);
         for w in &warnings {
             session
