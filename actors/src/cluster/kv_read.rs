@@ -1,6 +1,7 @@
-//! Reading a KV key from its stream's leader. The client's own KV reads may be answered by any
-//! replica and so be behind; a lease holder or a day total read to decide or report must be
-//! the latest one acknowledged.
+//! The cluster's KV buckets: opening one (made when missing, waiting out a forming cluster),
+//! and reading a key from its stream's leader. The client's own KV reads may be answered by
+//! any replica and so be behind; a lease holder or a day total read to decide or report must
+//! be the latest one acknowledged.
 
 use async_nats::jetstream;
 
@@ -24,4 +25,31 @@ pub(crate) async fn latest(
         Err(e) if e.kind() == Kind::NoMessageFound => Ok(None),
         Err(e) => Err(ClusterError::js(what(), e)),
     }
+}
+
+/// The bucket `bucket` (one revision per key, `replicas` copies, entries expiring after
+/// `max_age` when given), made if it does not exist.
+pub(crate) async fn bucket(
+    js: &jetstream::Context,
+    bucket: &str,
+    replicas: usize,
+    max_age: Option<std::time::Duration>,
+) -> Result<jetstream::kv::Store, ClusterError> {
+    super::log::patiently(|| async {
+        match js.get_key_value(bucket).await {
+            Ok(kv) => Ok(kv),
+            Err(_) => js
+                .create_key_value(jetstream::kv::Config {
+                    bucket: bucket.to_string(),
+                    history: 1,
+                    max_age: max_age.unwrap_or_default(),
+                    num_replicas: replicas,
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| ClusterError::js(format!("create the bucket {bucket}"), e)),
+        }
+    })
+    .await
 }

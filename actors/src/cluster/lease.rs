@@ -50,23 +50,7 @@ pub struct Lease {
 impl Leases {
     /// Create the bucket (TTL `ttl`, `replicas` copies), or take the one that exists.
     pub async fn open(js: &jetstream::Context, replicas: usize, ttl: Duration) -> Result<Leases, ClusterError> {
-        let kv = super::log::patiently(|| async {
-            match js.get_key_value(LEASE_BUCKET).await {
-                Ok(kv) => Ok(kv),
-                Err(_) => js
-                    .create_key_value(kv::Config {
-                        bucket: LEASE_BUCKET.to_string(),
-                        history: 1,
-                        max_age: ttl,
-                        num_replicas: replicas,
-                        storage: jetstream::stream::StorageType::File,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|e| ClusterError::js("create the lease bucket", e)),
-            }
-        })
-        .await?;
+        let kv = super::kv_read::bucket(js, LEASE_BUCKET, replicas, Some(ttl)).await?;
         Ok(Leases { kv, js: js.clone(), ttl })
     }
 

@@ -37,22 +37,7 @@ fn key(day: &str) -> String {
 impl ClusterSpend {
     /// Create the bucket (`replicas` copies), or take the one that exists.
     pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<ClusterSpend, ClusterError> {
-        let kv = super::log::patiently(|| async {
-            match js.get_key_value(SPEND_BUCKET).await {
-                Ok(kv) => Ok(kv),
-                Err(_) => js
-                    .create_key_value(kv::Config {
-                        bucket: SPEND_BUCKET.to_string(),
-                        history: 1,
-                        num_replicas: replicas,
-                        storage: jetstream::stream::StorageType::File,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|e| ClusterError::js("create the spend bucket", e)),
-            }
-        })
-        .await?;
+        let kv = super::kv_read::bucket(js, SPEND_BUCKET, replicas, None).await?;
         Ok(ClusterSpend { kv, js: js.clone() })
     }
 

@@ -8,6 +8,7 @@
 
 mod artifact;
 mod parse;
+mod sections;
 mod types;
 mod validate;
 
@@ -15,6 +16,7 @@ pub use artifact::{
     ArtifactKind, ArtifactManifest, CheckedArtifact, HOOK_BINDINGS, HookContract, UpstreamAuth, honoured_arm,
 };
 pub use parse::{parse, parse_artifact_manifest};
+pub use sections::{Compaction, DEFAULT_COMPACTION_THRESHOLD, Observability};
 pub use types::*;
 pub use validate::{
     AllowRule, KNOWN_SETTINGS, artifact_capability_rules, endpoint_override_rules, interpolated_name,
