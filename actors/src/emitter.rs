@@ -35,6 +35,11 @@ pub enum EmitterMsg {
     LastId(RpcReplyPort<u64>),
     /// The session is ending: send `capsule-closed` to every subscriber and end their streams.
     Close(RpcReplyPort<()>),
+    /// A clustered session's frame, now acknowledged by JetStream (when it has an id): kept
+    /// for replay and sent. Sent by the frames writer, in order.
+    Stored(NumberedFrame),
+    /// A clustered session's `Close`, after every frame before it was stored.
+    Closed(RpcReplyPort<()>),
 }
 
 struct Subscriber {
@@ -50,11 +55,17 @@ pub struct EmitterArgs {
     /// `frames.jsonl`: every id-bearing frame is appended before it is sent; on start the file's
     /// frames refill the replay ring and the ids continue after its last.
     pub frames_path: Option<std::path::PathBuf>,
+    /// In a cluster: the frames go to the session's JetStream subject instead (JetStream and
+    /// the session id); each is sent to subscribers only once acknowledged, so a watcher never
+    /// sees a frame a later owner could number again.
+    pub cluster: Option<(async_nats::jetstream::Context, String)>,
 }
 
 /// The emitter's state: `frames.jsonl`, the id counter, the replay ring and the subscribers.
 pub struct EmitterState {
     frames: Option<crate::journal_check::SealedFile>,
+    /// A clustered session's frame writer (appends in order, then sends `Stored`).
+    stored: Option<mpsc::UnboundedSender<crate::cluster::frames::Pending>>,
     /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
     next_id: Arc<AtomicU64>,
     ring: VecDeque<NumberedFrame>,
@@ -89,6 +100,29 @@ impl Subscriber {
     }
 }
 
+impl EmitterState {
+    /// Keep a numbered frame for replay, and send it to every subscriber.
+    fn publish(&mut self, numbered: NumberedFrame) {
+        if numbered.id.is_some() {
+            if self.ring.len() == REPLAY_RING {
+                self.ring.pop_front();
+            }
+            self.ring.push_back(numbered.clone());
+        }
+        self.subscribers.retain_mut(|s| s.offer(&numbered));
+    }
+
+    /// Send `capsule-closed` to every subscriber and end their streams.
+    fn close(&mut self, reply: RpcReplyPort<()>) {
+        let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
+        for s in &mut self.subscribers {
+            let _ = s.tx.try_send(closed.clone());
+        }
+        self.subscribers.clear();
+        let _ = reply.send(());
+    }
+}
+
 impl Actor for Emitter {
     type Msg = EmitterMsg;
     type State = EmitterState;
@@ -96,14 +130,14 @@ impl Actor for Emitter {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<EmitterMsg>,
+        myself: ActorRef<EmitterMsg>,
         args: EmitterArgs,
     ) -> Result<EmitterState, ActorProcessingErr> {
         let next_id = args.next_id;
         let mut ring = VecDeque::with_capacity(REPLAY_RING);
-        let mut frames = None;
-        if let Some(path) = &args.frames_path {
-            for f in read_frames(path) {
+        let (mut frames, mut stored) = (None, None);
+        let mut refill = |list: Vec<NumberedFrame>| {
+            for f in list {
                 if ring.len() == REPLAY_RING {
                     ring.pop_front();
                 }
@@ -112,12 +146,19 @@ impl Actor for Emitter {
                 }
                 ring.push_back(f);
             }
+        };
+        if let Some((js, session)) = &args.cluster {
+            let (log, entries) = crate::cluster::StreamLog::open(js, session, crate::cluster::Record::Frames).await?;
+            refill(entries.iter().filter_map(|l| parse_frame(l)).collect());
+            stored = Some(crate::cluster::frames::writer(log, myself));
+        } else if let Some(path) = &args.frames_path {
+            refill(read_frames(path));
             frames = Some(crate::journal_check::SealedFile::open(path)?);
         }
         if next_id.load(Ordering::SeqCst) == 0 {
             next_id.store(1, Ordering::SeqCst);
         }
-        Ok(EmitterState { frames, next_id, ring, subscribers: Vec::new() })
+        Ok(EmitterState { frames, stored, next_id, ring, subscribers: Vec::new() })
     }
 
     async fn handle(
@@ -128,24 +169,25 @@ impl Actor for Emitter {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             EmitterMsg::Emit(frame) => {
-                let numbered = if frame.is_id_bearing() {
-                    let id = state.next_id.fetch_add(1, Ordering::SeqCst);
-                    let n = NumberedFrame { id: Some(id), frame };
-                    if let Some(f) = state.frames.as_mut()
-                        && let Err(e) = f.append(n.to_json_line().to_string().into_bytes())
-                    {
-                        tracing::error!(error = %e, "cannot append to frames.jsonl");
+                let id = frame.is_id_bearing().then(|| state.next_id.fetch_add(1, Ordering::SeqCst));
+                let numbered = NumberedFrame { id, frame };
+                if let Some(writer) = &state.stored {
+                    // Every frame goes through the writer, so they stay in order; one with an
+                    // id comes back as `Stored` once JetStream acknowledged it.
+                    if writer.send(crate::cluster::frames::Pending::Frame(numbered)).is_err() {
+                        tracing::error!("the frames writer stopped; a frame was not stored");
                     }
-                    if state.ring.len() == REPLAY_RING {
-                        state.ring.pop_front();
-                    }
-                    state.ring.push_back(n.clone());
-                    n
-                } else {
-                    NumberedFrame { id: None, frame }
-                };
-                state.subscribers.retain_mut(|s| s.offer(&numbered));
+                    return Ok(());
+                }
+                if id.is_some()
+                    && let Some(f) = state.frames.as_mut()
+                    && let Err(e) = f.append(numbered.to_json_line().to_string().into_bytes())
+                {
+                    tracing::error!(error = %e, "cannot append to frames.jsonl");
+                }
+                state.publish(numbered);
             }
+            EmitterMsg::Stored(numbered) => state.publish(numbered),
             EmitterMsg::Subscribe { after, reply } => {
                 let replay: Vec<NumberedFrame> = match after {
                     None => Vec::new(),
@@ -169,14 +211,17 @@ impl Actor for Emitter {
                 state.subscribers.push(sub);
                 let _ = reply.send(rx);
             }
-            EmitterMsg::Close(reply) => {
-                let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
-                for s in &mut state.subscribers {
-                    let _ = s.tx.try_send(closed.clone());
+            EmitterMsg::Close(reply) => match &state.stored {
+                Some(writer) => {
+                    if let Err(mpsc::error::SendError(crate::cluster::frames::Pending::Close(reply))) =
+                        writer.send(crate::cluster::frames::Pending::Close(reply))
+                    {
+                        state.close(reply);
+                    }
                 }
-                state.subscribers.clear();
-                let _ = reply.send(());
-            }
+                None => state.close(reply),
+            },
+            EmitterMsg::Closed(reply) => state.close(reply),
             EmitterMsg::LastId(reply) => {
                 let _ = reply.send(state.next_id.load(Ordering::SeqCst) - 1);
             }
@@ -199,15 +244,14 @@ pub fn journal_records(path: &std::path::Path) -> Vec<Vec<u8>> {
 
 /// The frames of a `frames.jsonl` (its verified lines).
 pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
-    journal_records(path)
-        .iter()
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_slice(l).ok()?;
-            let frame: Frame =
-                serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
-            Some(NumberedFrame { id: v["id"].as_u64(), frame })
-        })
-        .collect()
+    journal_records(path).iter().filter_map(|l| parse_frame(l)).collect()
+}
+
+/// One journaled frame line (`{"id", "event", "data"}`), or `None` when it is not one.
+pub fn parse_frame(line: &[u8]) -> Option<NumberedFrame> {
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let frame: Frame = serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
+    Some(NumberedFrame { id: v["id"].as_u64(), frame })
 }
 
 #[cfg(test)]
@@ -217,10 +261,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_that_does_not_read_loses_frames_and_is_told_how_many() {
-        let (e, _) =
-            Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None })
-                .await
-                .expect("emitter");
+        let (e, _) = Actor::spawn(
+            None,
+            Emitter,
+            EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None },
+        )
+        .await
+        .expect("emitter");
         let mut slow =
             e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
         for i in 0..1000 {
@@ -247,10 +294,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_last_event_id_at_the_top_of_the_range_gets_no_spurious_gap() {
-        let (e, _) =
-            Actor::spawn(None, Emitter, EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None })
-                .await
-                .expect("emitter");
+        let (e, _) = Actor::spawn(
+            None,
+            Emitter,
+            EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None },
+        )
+        .await
+        .expect("emitter");
         for i in 0..3 {
             let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false }));
         }

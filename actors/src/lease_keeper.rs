@@ -27,6 +27,19 @@ pub struct KeeperArgs {
     pub every: Duration,
 }
 
+impl KeeperArgs {
+    /// The keeper of `lease` (taken by `c` for `session_id`): it renews every third of the
+    /// TTL. Also returns what `session_start` records of the ownership: host, epoch, TTL.
+    pub fn new(c: &crate::cluster::ClusterHost, session_id: &str, lease: Lease) -> (KeeperArgs, serde_json::Value) {
+        let ttl = c.leases.ttl();
+        let fields =
+            serde_json::json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": ttl.as_millis() as u64});
+        let every = (ttl / 3).max(Duration::from_millis(50));
+        let args = KeeperArgs { session_id: session_id.to_string(), lease: Arc::new(Mutex::new(lease)), every };
+        (args, fields)
+    }
+}
+
 /// The lease keeper.
 pub struct LeaseKeeper;
 

@@ -113,7 +113,7 @@ impl Session {
 
     /// Prepare and start a session.
     pub async fn launch(opts: LaunchOptions) -> Result<Session, LaunchError> {
-        Self::start(opts, None, None).await
+        Self::start(opts, None, None, None).await
     }
 
     /// Answer once every trace line sent before is written and synced (the journal's mailbox
@@ -152,12 +152,19 @@ impl Session {
         Ok(self.peer(role::LOOP).ask(LoopMsg::Resume, wait::UNTIL_DONE).await?)
     }
 
+    /// Start the session's tree. In a cluster the session's lease is taken first (unless the
+    /// caller already holds it: `lease`), before anything is loaded or runs.
     pub(crate) async fn start(
         opts: LaunchOptions,
         resumed_id: Option<String>,
         resume: Option<crate::agent_loop::ResumeSeed>,
+        lease: Option<crate::cluster::Lease>,
     ) -> Result<Session, LaunchError> {
         let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
+        let lease = match (&opts.cluster, lease) {
+            (Some(c), None) => Some(c.leases.acquire(&session_id, &c.name).await?),
+            (_, lease) => lease,
+        };
         // Build the cl100k encoder (process-wide, once) while the components load, so the
         // first call's admission does not wait for it.
         std::thread::spawn(crate::spend::tokens::warm_up);
@@ -265,10 +272,11 @@ impl Session {
                     conversation_last: Arc::new(AtomicU64::new(u64::MAX)),
                 }),
             })),
-            ChildSpec::Emitter(crate::emitter::EmitterArgs {
+            ChildSpec::Emitter(Box::new(crate::emitter::EmitterArgs {
                 next_id: Arc::new(AtomicU64::new(first_frame_id)),
                 frames_path: Some(dir.join("frames.jsonl")),
-            }),
+                cluster: opts.cluster.as_ref().map(|c| (c.js.clone(), session_id.clone())),
+            })),
             ChildSpec::Coalescer,
             ChildSpec::Credentials(Box::new(crate::credentials::CredentialsArgs {
                 drivers: prepared.credentials.clone(),
@@ -313,16 +321,10 @@ impl Session {
         children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
         children.push(ChildSpec::Loop(Box::new(loop_config)));
         let mut leased = None;
-        if let Some(c) = &opts.cluster {
-            // Exactly one host owns a session: the lease is taken before anything runs, and its
-            // keeper is the first child, so the session stops when the lease is lost.
-            let lease = c.leases.acquire(&session_id, &c.name).await?;
-            let ttl = c.leases.ttl();
-            leased =
-                Some(json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": ttl.as_millis() as u64}));
-            let every = (ttl / 3).max(Duration::from_millis(50));
-            let lease = Arc::new(tokio::sync::Mutex::new(lease));
-            let keeper = crate::lease_keeper::KeeperArgs { session_id: session_id.clone(), lease, every };
+        if let (Some(c), Some(lease)) = (&opts.cluster, lease) {
+            // The keeper is the first child, so the session stops when the lease is lost.
+            let (keeper, fields) = crate::lease_keeper::KeeperArgs::new(c, &session_id, lease);
+            leased = Some(fields);
             children.insert(0, ChildSpec::LeaseKeeper(keeper));
         }
         let (supervisor, _) = Actor::spawn(

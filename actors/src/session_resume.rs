@@ -50,7 +50,28 @@ impl Session {
         seed.next_frame_id = next_frame_id;
         let _ = std::fs::remove_file(dir.join("control.token"));
         let _ = std::fs::remove_file(dir.join(crate::session::DOOR_TOKEN_FILE));
-        Self::start(opts, Some(session_id), Some(seed)).await.map(|s| (s, reports))
+        Self::start(opts, Some(session_id), Some(seed), None).await.map(|s| (s, reports))
+    }
+
+    /// Resume, on this host, a clustered session whose owner was lost: take its lease (refused
+    /// with `E-CLU-005` when another host has it), then read what to resume from its trace on
+    /// JetStream, by the same rules as a local resume: finished tool calls are not run again,
+    /// one left unfinished is reported interrupted, a provider call in flight is made again,
+    /// and frame ids continue after the last one stored. Its local folder is made under
+    /// `opts.workdir`. Call [`Session::resume_task`] to continue its tasks.
+    pub async fn resume_from_cluster(opts: LaunchOptions, session_id: &str) -> Result<Session, LaunchError> {
+        let Some(c) = opts.cluster.clone() else {
+            return Err(LaunchError::NotASession { path: session_id.into() });
+        };
+        let lease = c.leases.acquire(session_id, &c.name).await?;
+        let (_, trace) = crate::cluster::StreamLog::open(&c.js, session_id, crate::cluster::Record::Trace).await?;
+        let (seed, ended) = read_seed(&trace);
+        if ended && seed.task.is_none() && seed.queued.is_empty() {
+            let _ = lease.release().await;
+            return Err(LaunchError::AlreadyEnded { session: session_id.to_string() });
+        }
+        // The emitter continues the frame ids after the last one on the frames subject.
+        Self::start(opts, Some(session_id.to_string()), Some(seed), Some(lease)).await
     }
 }
 

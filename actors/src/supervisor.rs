@@ -78,7 +78,7 @@ pub enum ChildSpec {
     /// The journal.
     Journal(Box<JournalArgs>),
     /// The emitter with its shared id counter and frames file.
-    Emitter(crate::emitter::EmitterArgs),
+    Emitter(Box<crate::emitter::EmitterArgs>),
     /// The coalescer.
     Coalescer,
     /// The credentials table, the choices' drivers and the declared secrets.
@@ -140,7 +140,7 @@ async fn spawn_child(session_id: &str, spec: &ChildSpec, sup: ActorCell) -> Resu
     let name = Some(name);
     Ok(match spec.clone() {
         ChildSpec::Journal(a) => Actor::spawn_linked(name, Journal, *a, sup).await?.0.get_cell(),
-        ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, a, sup).await?.0.get_cell(),
+        ChildSpec::Emitter(a) => Actor::spawn_linked(name, Emitter, *a, sup).await?.0.get_cell(),
         ChildSpec::Coalescer => {
             Actor::spawn_linked(name, Coalescer, crate::peer::Peer::of(session_id, role::EMITTER), sup)
                 .await?

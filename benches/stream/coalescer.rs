@@ -75,7 +75,7 @@ pub(crate) async fn coalescer() {
     let (emitter, eh) = Actor::spawn(
         Some(emitter_name.clone()),
         Emitter,
-        EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None },
+        EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None },
     )
     .await
     .expect("emitter");

@@ -116,6 +116,9 @@ pub enum Code {
     LeaseHeld,
     /// A host could not renew its lease: it expired or another host took it.
     LeaseLost,
+    /// A capsule folder cannot be kept in the cluster's object store, or a stored capsule does
+    /// not check out (a hash or path that does not hold, too large).
+    ClusterBadCapsule,
     /// The compaction hook failed, so the over-full context could not be compacted; the task
     /// failed.
     CompactionFailed,
@@ -186,6 +189,7 @@ impl Code {
             Code::ClusterBadEntry => "E-CLU-004",
             Code::LeaseHeld => "E-CLU-005",
             Code::LeaseLost => "E-CLU-006",
+            Code::ClusterBadCapsule => "E-CLU-007",
             Code::AlternateUnavailable => "W-RUN-003",
             Code::UnknownModel => "W-RUN-009",
             Code::CredentialEnvDropped => "W-CAP-001",

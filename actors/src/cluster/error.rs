@@ -76,6 +76,24 @@ pub enum ClusterError {
         /// The epoch it held.
         epoch: u64,
     },
+    /// A capsule folder that cannot be kept in the cluster, or a stored capsule that does not
+    /// check out.
+    #[error("{code}: the capsule at {what} cannot be used: {why}", code = Code::ClusterBadCapsule)]
+    BadCapsule {
+        /// The folder, file or object.
+        what: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A capsule file could not be read or written on this host.
+    #[error("{code}: cannot read or write {}", path.display(), code = Code::ClusterBadCapsule)]
+    Files {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A session id that cannot be a subject token.
     #[error("{code}: `{session}` cannot name a session in the cluster (letters, digits, `_` and `-` only)", code = Code::ClusterBadEntry)]
     BadSession {
@@ -110,6 +128,7 @@ impl ClusterError {
             ClusterError::BadEntry { .. } | ClusterError::BadSession { .. } => Code::ClusterBadEntry,
             ClusterError::Held { .. } => Code::LeaseHeld,
             ClusterError::Lost { .. } => Code::LeaseLost,
+            ClusterError::BadCapsule { .. } | ClusterError::Files { .. } => Code::ClusterBadCapsule,
         }
     }
 

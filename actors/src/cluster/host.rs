@@ -17,6 +17,12 @@ pub struct ClusterHost {
     pub spend: super::ClusterSpend,
     /// Replicas of the journal stream and the lease bucket.
     pub replicas: usize,
+    /// The capsule store.
+    pub files: super::CapsuleFiles,
+    /// The book of live sessions.
+    pub sessions: super::Sessions,
+    /// Where this host writes the capsules it fetched and the sessions it claimed.
+    pub root: std::path::PathBuf,
 }
 
 impl ClusterHost {
@@ -38,7 +44,8 @@ impl ClusterHost {
         format!("{}-{}", if machine.is_empty() { "host" } else { machine }, std::process::id())
     }
 
-    /// Join: make sure the journal stream and the lease bucket exist.
+    /// Join: make sure the journal stream, the buckets and the capsule store exist. Fetched
+    /// capsules and claimed sessions go under `capsule-work/cluster` (see [`ClusterHost::root`]).
     pub async fn join(
         js: jetstream::Context,
         name: &str,
@@ -48,6 +55,9 @@ impl ClusterHost {
         super::ensure_journal(&js, replicas).await?;
         let leases = Leases::open(&js, replicas, ttl).await?;
         let spend = super::ClusterSpend::open(&js, replicas).await?;
-        Ok(ClusterHost { js, name: name.to_string(), leases, spend, replicas })
+        let files = super::CapsuleFiles::open(&js, replicas).await?;
+        let sessions = super::Sessions::open(&js, replicas).await?;
+        let root = std::path::PathBuf::from("capsule-work").join("cluster");
+        Ok(ClusterHost { js, name: name.to_string(), leases, spend, replicas, files, sessions, root })
     }
 }

@@ -52,6 +52,9 @@ pub struct SlotArgs {
     pub host: ActorRef<HostMsg>,
     /// Restarts so far (a slot the host respawned keeps counting).
     pub restarts: u32,
+    /// A session this host claimed from a lost host (already running): the slot's first
+    /// launch takes it instead of launching a new one.
+    pub adopted: Option<Arc<Session>>,
 }
 
 /// The running session, its door, and the supervisor whose stop means the session is gone.
@@ -71,6 +74,8 @@ pub struct SlotState {
     running: Option<Running>,
     window: CrashWindow,
     generation: u64,
+    /// In a cluster: the running session's entry in the session book, and its revision.
+    booked: Option<(String, u64)>,
 }
 
 /// One capsule of a host: launches its session, watches its supervisor, restarts it by policy.
@@ -98,8 +103,10 @@ impl SlotState {
     /// code. Anything else is treated as a crash.
     async fn launch(&mut self, myself: &ActorRef<SlotMsg>) {
         self.set(CapsuleState::Starting);
-        match open(&self.args.spec, &self.args.shared, myself.get_cell()).await {
-            Ok(r) => {
+        let adopted = self.args.adopted.take();
+        match open(&self.args.spec, &self.args.shared, myself.get_cell(), adopted).await {
+            Ok((r, booked)) => {
+                self.booked = booked;
                 self.session_id = Some(r.session.session_id.clone());
                 self.running = Some(r);
                 self.set(CapsuleState::Running);
@@ -119,12 +126,30 @@ impl SlotState {
             r.session.shutdown().await;
             r.door.close();
         }
+        if let Some(unbook) = self.unbook() {
+            unbook.await;
+        }
+    }
+
+    /// Removing the session's entry from the cluster's book, unless another host wrote it
+    /// since (it claimed the session).
+    fn unbook(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let (c, (session, revision)) = (self.args.shared.cluster.as_ref()?, self.booked.take()?);
+        let book = c.sessions.clone();
+        Some(async move {
+            if let Err(e) = book.remove(&session, revision).await {
+                tracing::debug!(session, error = %e, "the session's book entry was kept (another host wrote it)");
+            }
+        })
     }
 
     /// The session is gone (or never came up): schedule a restart, or give up.
     fn crashed(&mut self, myself: &ActorRef<SlotMsg>, why: String) {
         if let Some(r) = self.running.take() {
             r.door.close();
+        }
+        if let Some(unbook) = self.unbook() {
+            tokio::spawn(unbook);
         }
         let name = &self.args.spec.name;
         match self.window.admit(Instant::now(), &self.args.policy) {
@@ -185,8 +210,15 @@ impl From<String> for NotOpened {
     }
 }
 
-/// Launch the session, link its supervisor to the slot, open the door.
-async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result<Running, NotOpened> {
+/// Launch the session (or take the `adopted` one), link its supervisor to the slot, enter it in
+/// the cluster's session book (clustered), open the door. Returns the running session and its
+/// book entry.
+async fn open(
+    spec: &PlannedCapsule,
+    shared: &Shared,
+    slot: ActorCell,
+    adopted: Option<Arc<Session>>,
+) -> Result<(Running, Option<(String, u64)>), NotOpened> {
     let opts = LaunchOptions {
         cluster: shared.cluster.clone(),
         manifest: spec.manifest.clone(),
@@ -197,10 +229,13 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
         machine: shared.machine.clone(),
         endpoint_override: None,
     };
-    let session = Arc::new(Session::launch(opts).await.map_err(|e| {
-        let why = chain(&e);
-        if e.is_refusal() { NotOpened::Refused(why) } else { NotOpened::Crashed(why) }
-    })?);
+    let session = match adopted {
+        Some(s) => s,
+        None => Arc::new(Session::launch(opts).await.map_err(|e| {
+            let why = chain(&e);
+            if e.is_refusal() { NotOpened::Refused(why) } else { NotOpened::Crashed(why) }
+        })?),
+    };
     let supervisor = session.supervisor_cell();
     supervisor.link(slot);
     if supervisor.get_status() >= ActorStatus::Draining {
@@ -208,6 +243,19 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
             format!("{code}: session {} stopped as it started", session.session_id, code = Code::ActorCrashed).into()
         );
     }
+    // Booked before the door opens: any session a client could give a task to can be claimed
+    // by a survivor if this host is lost.
+    let booked = match &shared.cluster {
+        None => None,
+        Some(c) => match crate::host::claimer::book(c, spec, &session.session_id).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                session.shutdown().await;
+                let bad = e.code() == Code::ClusterBadCapsule;
+                return Err(if bad { NotOpened::Refused(chain(&e)) } else { NotOpened::Crashed(chain(&e)) });
+            }
+        },
+    };
     let door = match bind_door(session.clone(), SocketAddr::new(shared.bind, spec.port), shared.tls.clone()).await {
         Ok(d) => d,
         Err(e) => {
@@ -220,7 +268,15 @@ async fn open(spec: &PlannedCapsule, shared: &Shared, slot: ActorCell) -> Result
     if let Err(e) = session.record_door(&door.url()) {
         tracing::warn!(error = %e, "cannot record the door's address");
     }
-    Ok(Running { supervisor: supervisor.get_id(), session, door })
+    let booked = match (&shared.cluster, booked) {
+        (Some(c), Some((mut entry, revision))) => {
+            entry.door = Some(door.url());
+            let revision = c.sessions.put(&session.session_id, &entry).await.unwrap_or(revision);
+            Some((session.session_id.clone(), revision))
+        }
+        _ => None,
+    };
+    Ok((Running { supervisor: supervisor.get_id(), session, door }, booked))
 }
 
 /// Open the door; a fixed port still held by the previous session's closing listener is
@@ -257,6 +313,7 @@ impl Actor for CapsuleSlot {
             running: None,
             window: CrashWindow::default(),
             generation: 0,
+            booked: None,
         })
     }
 

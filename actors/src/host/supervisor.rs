@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::claimer::{Claimer, ClaimerArgs, ClaimerMsg};
 use super::policy::{CrashWindow, RestartPolicy};
 use super::slot::{CapsuleSlot, SlotArgs, SlotMsg};
 use super::{Action, CapsuleEntry, CapsuleState, HostError, Shared};
@@ -49,6 +50,14 @@ pub enum HostMsg {
     Shutdown(RpcReplyPort<Vec<CapsuleEntry>>),
     /// A slot's entry changed.
     Report(CapsuleEntry),
+    /// A session this host claimed from a lost host (clustered): run it in a new slot. Its name
+    /// is the capsule's, or `<capsule>~<session>` when this host already has one so named.
+    Adopt {
+        /// The capsule (fetched from the cluster's store).
+        spec: PlannedCapsule,
+        /// The resumed session.
+        session: Arc<Session>,
+    },
 }
 
 /// What the host is started with.
@@ -67,6 +76,8 @@ struct Slot {
     actor: Option<ActorRef<SlotMsg>>,
     entry: CapsuleEntry,
     slot_failures: CrashWindow,
+    /// A claimed session, taken by the slot's first launch.
+    adopted: Option<Arc<Session>>,
 }
 
 /// The host's state: its slots and the last report of each.
@@ -78,6 +89,8 @@ pub struct HostState {
     policy: RestartPolicy,
     waiters: Vec<RpcReplyPort<Vec<CapsuleEntry>>>,
     shutting_down: bool,
+    /// The claimer (clustered hosts).
+    claimer: Option<ActorRef<ClaimerMsg>>,
 }
 
 /// The root of a multi-capsule host: one slot per capsule.
@@ -110,12 +123,23 @@ impl HostState {
             policy: self.policy,
             host: myself.clone(),
             restarts: slot.entry.restarts,
+            adopted: slot.adopted.take(),
         };
         let (actor, _) = Actor::spawn_linked(None, CapsuleSlot, args, myself.get_cell()).await?;
         slot.entry.state = CapsuleState::Starting;
         slot.actor = Some(actor.clone());
         self.by_actor.insert(actor.get_id(), i);
         Ok(actor)
+    }
+
+    /// Start the claimer when this host is clustered.
+    async fn spawn_claimer(&mut self, myself: &ActorRef<HostMsg>) -> Result<(), ractor::SpawnErr> {
+        if self.shared.cluster.is_some() {
+            let args = ClaimerArgs { shared: self.shared.clone(), host: myself.clone() };
+            let (actor, _) = Actor::spawn_linked(None, Claimer, args, myself.get_cell()).await?;
+            self.claimer = Some(actor);
+        }
+        Ok(())
     }
 
     /// The slot actor of `name` and the action it should take. A slot that is gone is spawned
@@ -144,6 +168,9 @@ impl HostState {
 
     async fn shutdown(&mut self) {
         self.shutting_down = true;
+        if let Some(c) = self.claimer.take() {
+            let _ = c.stop_and_wait(None, Some(STOP_TIMEOUT)).await;
+        }
         let actors: Vec<(usize, ActorRef<SlotMsg>)> =
             self.slots.iter().enumerate().filter_map(|(i, s)| s.actor.clone().map(|a| (i, a))).collect();
         let stops = actors.iter().map(|(_, a)| a.call(|r| SlotMsg::Act(Action::Stop, r), Some(STOP_TIMEOUT)));
@@ -182,7 +209,7 @@ impl Actor for HostSupervisor {
                     url: None,
                     error: None,
                 };
-                Slot { spec, actor: None, entry, slot_failures: CrashWindow::default() }
+                Slot { spec, actor: None, entry, slot_failures: CrashWindow::default(), adopted: None }
             })
             .collect::<Vec<_>>();
         let index = slots.iter().enumerate().map(|(i, s)| (s.spec.name.clone(), i)).collect();
@@ -194,10 +221,12 @@ impl Actor for HostSupervisor {
             policy: args.policy,
             waiters: Vec::new(),
             shutting_down: false,
+            claimer: None,
         };
         for i in 0..state.slots.len() {
             state.spawn_slot(&myself, i).await?;
         }
+        state.spawn_claimer(&myself).await?;
         Ok(state)
     }
 
@@ -247,6 +276,29 @@ impl Actor for HostSupervisor {
                     let _ = slot.cast(SlotMsg::Session(reply));
                 }
             },
+            HostMsg::Adopt { mut spec, session } => {
+                if state.shutting_down {
+                    session.shutdown().await;
+                    return Ok(());
+                }
+                if state.index.contains_key(&spec.name) {
+                    let short = session.session_id.trim_start_matches("ses_").chars().take(12).collect::<String>();
+                    spec.name = format!("{}~{short}", spec.name);
+                }
+                let entry = CapsuleEntry {
+                    name: spec.name.clone(),
+                    state: CapsuleState::Starting,
+                    session_id: Some(session.session_id.clone()),
+                    restarts: 0,
+                    url: None,
+                    error: None,
+                };
+                let i = state.slots.len();
+                state.index.insert(spec.name.clone(), i);
+                let slot_failures = CrashWindow::default();
+                state.slots.push(Slot { spec, actor: None, entry, slot_failures, adopted: Some(session) });
+                state.spawn_slot(&myself, i).await?;
+            }
             HostMsg::Shutdown(reply) => {
                 state.shutdown().await;
                 let entries = state.entries();
@@ -270,6 +322,17 @@ impl Actor for HostSupervisor {
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
             _ => return Ok(()),
         };
+        if state.claimer.as_ref().is_some_and(|c| c.get_id() == cell.get_id()) {
+            state.claimer = None;
+            if failure.is_some() && !state.shutting_down {
+                tracing::error!(
+                    error = failure.as_deref().unwrap_or_default(),
+                    "the claimer failed; starting it again"
+                );
+                state.spawn_claimer(&myself).await?;
+            }
+            return Ok(());
+        }
         let Some(i) = state.by_actor.remove(&cell.get_id()) else { return Ok(()) };
         state.slots[i].actor = None;
         let Some(err) = failure else { return Ok(()) };

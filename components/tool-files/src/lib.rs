@@ -1,7 +1,8 @@
 //! `tool-files`: read, write and list files inside the tool's scope.
 //!
-//! Input (`tool-input.data`): `{"op": "read"|"write"|"list", "path": "...",
-//! "content": "..."}` (`content` only for `write`; `path` may be omitted or
+//! Input (`tool-input.data`): `{"op": "read"|"write"|"append"|"list", "path":
+//! "...", "content": "..."}` (`content` only for `write` and `append`, which
+//! adds it at the end of the file, creating it; `path` may be omitted or
 //! `"."` for `list`). Paths are relative to the one folder the host preopens
 //! for tools (guest path `.`).
 //!
@@ -34,7 +35,7 @@ impl Guest for Component {
             Err(message) => return failed(message, Vec::new()),
         };
         let path = if request.path.is_empty() { "." } else { request.path.as_str() };
-        let effect = if request.op == Op::Write { "mutate" } else { "read" };
+        let effect = if matches!(request.op, Op::Write | Op::Append) { "mutate" } else { "read" };
         let metadata =
             vec![("state_effect".to_string(), effect.to_string()), ("resource_id".to_string(), path.to_string())];
         if let Err(message) = check_path(path) {
@@ -44,6 +45,7 @@ impl Guest for Component {
             Op::Read => read(path),
             Op::List => list(path),
             Op::Write => write(path, request.content.as_deref()),
+            Op::Append => append(path, request.content.as_deref()),
         };
         match outcome {
             Ok((summary, data)) => ToolResult {
@@ -65,6 +67,7 @@ export!(Component);
 enum Op {
     Read,
     Write,
+    Append,
     List,
 }
 
@@ -78,14 +81,15 @@ struct Request {
 fn parse(data: Option<&str>) -> Result<Request, String> {
     let data = data
         .filter(|d| !d.trim().is_empty())
-        .ok_or(r#"no input: expected {"op": "read"|"write"|"list", "path": "...", "content"?: "..."}"#)?;
+        .ok_or(r#"no input: expected {"op": "read"|"write"|"append"|"list", "path": "...", "content"?: "..."}"#)?;
     let value: Value = serde_json::from_str(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
     let op = match value.get("op").and_then(Value::as_str) {
         Some("read") => Op::Read,
         Some("write") => Op::Write,
+        Some("append") => Op::Append,
         Some("list") => Op::List,
-        Some(other) => return Err(format!("unknown op `{other}` (read, write or list)")),
-        None => return Err("`op` must be a string: read, write or list".into()),
+        Some(other) => return Err(format!("unknown op `{other}` (read, write, append or list)")),
+        None => return Err("`op` must be a string: read, write, append or list".into()),
     };
     let path = match value.get("path") {
         Some(Value::String(p)) => p.clone(),
@@ -153,6 +157,18 @@ fn write(path: &str, content: Option<&str>) -> Outcome {
     Ok((format!("wrote {} bytes to {path}", content.len()), None))
 }
 
+fn append(path: &str, content: Option<&str>) -> Outcome {
+    use std::io::Write;
+    let content = content.ok_or(format!("cannot append to `{path}`: `content` is required for append"))?;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("cannot open `{path}` to append: {e}"))?;
+    file.write_all(content.as_bytes()).map_err(|e| format!("cannot append to `{path}`: {e}"))?;
+    Ok((format!("appended {} bytes to {path}", content.len()), None))
+}
+
 fn failed(summary: String, metadata: Vec<(String, String)>) -> ToolResult {
     ToolResult {
         status: Status::Failed,
@@ -197,6 +213,10 @@ mod tests {
         std::fs::write(dir.join("b.txt"), "x").unwrap();
         assert_eq!(list(&p("")).unwrap().1.unwrap(), r#"["b.txt","sub/"]"#);
         assert!(read(&p("missing")).unwrap_err().contains("missing"));
+        append(&p("log.txt"), Some("one\n")).unwrap();
+        append(&p("log.txt"), Some("two\n")).unwrap();
+        assert_eq!(read(&p("log.txt")).unwrap().1.unwrap(), "one\ntwo\n");
+        assert!(append(&p("log.txt"), None).unwrap_err().contains("content"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

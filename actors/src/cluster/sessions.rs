@@ -1,0 +1,90 @@
+//! The book of the cluster's live sessions: a KV bucket with one key per session, saying which
+//! capsule it runs (its spec's hash in the capsule store), which host runs it, and its door.
+//!
+//! A host writes a session's entry once it holds the lease and before the session's door
+//! opens, so any session a client could have given a task to is in the book. It removes the
+//! entry when the session ends gracefully or crashes (its own restart policy takes over). An
+//! entry whose lease has expired is therefore a session whose host died or was cut off: the
+//! survivors claim it (`host::claimer`).
+
+use async_nats::jetstream::{self, kv};
+use serde::{Deserialize, Serialize};
+
+use super::ClusterError;
+
+/// The bucket of live sessions.
+pub const SESSIONS_BUCKET: &str = "CAPSULE_SESSIONS";
+
+/// One live session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    /// The capsule's name.
+    pub capsule: String,
+    /// Its spec's hash in the capsule store.
+    pub spec: String,
+    /// The host running it.
+    pub host: String,
+    /// Its door's URL on that host.
+    pub door: Option<String>,
+}
+
+/// The session book.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    kv: kv::Store,
+}
+
+impl Sessions {
+    /// Create the bucket (`replicas` copies), or take the one that exists.
+    pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Sessions, ClusterError> {
+        Ok(Sessions { kv: super::kv_read::bucket(js, SESSIONS_BUCKET, replicas, None).await? })
+    }
+
+    /// Write `session`'s entry; returns its revision.
+    pub async fn put(&self, session: &str, entry: &SessionEntry) -> Result<u64, ClusterError> {
+        super::subject(session, super::Record::Trace)?;
+        let value = serde_json::to_vec(entry).unwrap_or_default();
+        super::log::patiently(|| async {
+            self.kv
+                .put(session, value.clone().into())
+                .await
+                .map_err(|e| ClusterError::js(format!("record session {session}"), e))
+        })
+        .await
+    }
+
+    /// Remove `session`'s entry (it ended), unless it changed since `revision` (another host
+    /// claimed the session and wrote its own).
+    pub async fn remove(&self, session: &str, revision: u64) -> Result<(), ClusterError> {
+        self.kv
+            .purge_expect_revision(session, Some(revision))
+            .await
+            .map_err(|e| ClusterError::js(format!("remove session {session}"), e))
+    }
+
+    /// Every live session, its entry and the entry's revision. An entry in another format is
+    /// skipped and logged: it names no capsule this runtime could run.
+    pub async fn list(&self) -> Result<Vec<(String, SessionEntry, u64)>, ClusterError> {
+        use futures::TryStreamExt;
+        let keys: Vec<String> = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| ClusterError::js("list the sessions", e))?
+            .try_collect()
+            .await
+            .map_err(|e| ClusterError::js("list the sessions", e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let read = self.kv.entry(&key).await.map_err(|e| ClusterError::js(format!("read session {key}"), e))?;
+            let Some(found) = read.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            match serde_json::from_slice::<SessionEntry>(&found.value) {
+                Ok(entry) => out.push((key, entry, found.revision)),
+                Err(e) => {
+                    tracing::warn!(session = key, error = %e, "{}: a session entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry)
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,171 @@
+//! [`Claimer`]: one per clustered host. Every third of the lease TTL it reads the cluster's
+//! session book, and claims each booked session whose lease has expired (its host died, or
+//! was cut off for longer than the TTL): it fetches the capsule from the cluster's store,
+//! resumes the session from its JetStream records by the resume rules
+//! ([`Session::resume_from_cluster`]), hands it to the host as a new slot, and continues its
+//! tasks. Several survivors may try at once; the lease's create lets exactly one win, and the
+//! others skip the session. A claim that fails is logged and tried again at the next round.
+//!
+//! Rounds follow one another (the next is scheduled when one ends), so a slow round never
+//! piles up. Sessions are tried in an order of this host's own, so survivors claiming at the
+//! same moment tend to take different sessions first.
+
+use capsule_protocol::host_file::PlannedCapsule;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Shared;
+use super::supervisor::HostMsg;
+use crate::cluster::{ClusterError, ClusterHost, SessionEntry};
+use crate::error::LaunchError;
+use crate::launch::LaunchOptions;
+use crate::session::Session;
+
+/// What the claimer is sent: its own round timer.
+pub enum ClaimerMsg {
+    /// Run one round, then schedule the next.
+    Round,
+}
+
+/// What the claimer is started with.
+pub struct ClaimerArgs {
+    /// What every capsule of this host launches with (its cluster included).
+    pub shared: Arc<Shared>,
+    /// The host, which takes each claimed session as a slot.
+    pub host: ActorRef<HostMsg>,
+}
+
+/// The claimer of a clustered host.
+pub struct Claimer;
+
+/// Enter `session` (of the capsule `spec`) in the cluster's book as this host's: its capsule is
+/// put in the cluster's store first (files already there are not sent again). Returns the
+/// entry and its revision.
+pub(crate) async fn book(
+    c: &ClusterHost,
+    spec: &PlannedCapsule,
+    session: &str,
+) -> Result<(SessionEntry, u64), ClusterError> {
+    let stored = c.files.submit(&spec.manifest, std::slice::from_ref(&spec.workdir)).await?;
+    let entry = SessionEntry { capsule: spec.name.clone(), spec: stored.hash(), host: c.name.clone(), door: None };
+    let revision = c.sessions.put(session, &entry).await?;
+    Ok((entry, revision))
+}
+
+/// Why a claim did not happen.
+#[derive(Debug, thiserror::Error)]
+enum NotClaimed {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+}
+
+impl ClaimerArgs {
+    fn cluster(&self) -> Option<&ClusterHost> {
+        self.shared.cluster.as_ref()
+    }
+
+    /// One round: claim every booked session nobody holds.
+    async fn round(&self) {
+        let Some(c) = self.cluster() else { return };
+        let mut booked = match c.sessions.list().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(error = %e, "the session book could not be read; trying again next round");
+                return;
+            }
+        };
+        booked.sort_by_key(|(session, _, _)| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&c.name, session).hash(&mut h);
+            h.finish()
+        });
+        for (session, entry, revision) in booked {
+            match c.leases.holder(&session).await {
+                Ok(None) => {}
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    tracing::debug!(session, error = %e, "cannot read the lease; trying again next round");
+                    continue;
+                }
+            }
+            match self.claim(c, &session, &entry).await {
+                Ok(()) => {}
+                Err(NotClaimed::Cluster(e @ ClusterError::Held { .. }))
+                | Err(NotClaimed::Launch(LaunchError::Cluster(e @ ClusterError::Held { .. }))) => {
+                    tracing::debug!(session, error = %e, "another host claimed the session first");
+                }
+                Err(NotClaimed::Launch(LaunchError::AlreadyEnded { .. })) => {
+                    // It ended as its host went: nothing to resume, and nothing to book.
+                    let _ = c.sessions.remove(&session, revision).await;
+                }
+                Err(e) => {
+                    tracing::warn!(session, capsule = entry.capsule, error = %e, "could not claim the session; trying again next round")
+                }
+            }
+        }
+    }
+
+    /// Claim `session`: fetch its capsule, resume it here, hand it to the host, continue its
+    /// tasks.
+    async fn claim(&self, c: &ClusterHost, session: &str, entry: &SessionEntry) -> Result<(), NotClaimed> {
+        let manifest = c.files.materialize(&entry.spec, &c.root.join("capsules")).await?;
+        let workdir = c.root.join("sessions").join(&entry.capsule);
+        let opts = LaunchOptions {
+            cluster: Some(c.clone()),
+            manifest: manifest.clone(),
+            workdir: workdir.clone(),
+            host: self.shared.host.clone(),
+            env: self.shared.env.clone(),
+            host_config: self.shared.host_config.clone(),
+            machine: self.shared.machine.clone(),
+            endpoint_override: None,
+        };
+        let resumed = Arc::new(Session::resume_from_cluster(opts, session).await?);
+        tracing::info!(session, capsule = entry.capsule, from = entry.host, "claimed a session whose host was lost");
+        let spec = PlannedCapsule { name: entry.capsule.clone(), manifest, workdir, port: 0 };
+        let _ = self.host.cast(HostMsg::Adopt { spec, session: resumed.clone() });
+        tokio::spawn(async move {
+            if let Err(e) = resumed.resume_task().await {
+                tracing::warn!(session = resumed.session_id, error = %e, "the claimed session's tasks did not finish");
+            }
+        });
+        Ok(())
+    }
+}
+
+impl Actor for Claimer {
+    type Msg = ClaimerMsg;
+    type State = ClaimerArgs;
+    type Arguments = ClaimerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        args: ClaimerArgs,
+    ) -> Result<ClaimerArgs, ActorProcessingErr> {
+        let _ = myself.cast(ClaimerMsg::Round);
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        msg: ClaimerMsg,
+        state: &mut ClaimerArgs,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ClaimerMsg::Round => {
+                state.round().await;
+                let every = state
+                    .cluster()
+                    .map_or(Duration::from_secs(1), |c| (c.leases.ttl() / 3).max(Duration::from_millis(100)));
+                myself.send_after(every, || ClaimerMsg::Round);
+            }
+        }
+        Ok(())
+    }
+}
