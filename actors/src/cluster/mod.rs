@@ -21,7 +21,7 @@ pub use capsules::{CapsuleFiles, CapsuleSpec, FILES_BUCKET, FileRef};
 pub use connect::{connect, split_urls};
 pub use error::{ClusterError, wrong_last_sequence};
 pub use host::ClusterHost;
-pub use lease::{DEFAULT_TTL, Lease, LeaseRecord, Leases};
+pub use lease::{DEFAULT_TTL, LEASE_BUCKET, Lease, LeaseRecord, Leases};
 pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, subject};
 pub use sessions::{SESSIONS_BUCKET, SessionEntry, Sessions};
 pub use spend::{ClusterSpend, DayTotals, SPEND_BUCKET};

@@ -1,10 +1,16 @@
 //! The host API: HTTP on loopback, turning each request into one message to the
 //! [`HostSupervisor`](super::HostSupervisor) through a [`HostHandle`]. It holds no state.
 //!
-//! - `GET /capsules` → `[{name, state, session_id, restarts, url, error}]`, in start order.
+//! - `GET /capsules` → `[{name, state, session_id, restarts, url, error}]`, in start order. On
+//!   a clustered host each entry also has `host`, and the list goes on with every other session
+//!   of the cluster (`{name, state: running|unowned, session_id, url, host}`).
 //! - `GET /capsules/<name>` → that entry.
 //! - `POST /capsules/<name>/start|stop|restart` → the entry after the action (a restart
 //!   answers once the new session's door is open).
+//! - `POST /sessions/<session id>` with the door's `stream/watch` request → that session's
+//!   frames as SSE (clustered hosts: any session of the cluster, read from JetStream, across a
+//!   failover), after `Last-Event-ID`; `capsule watch <api>/sessions/<id> --token-file <api
+//!   token>` follows it.
 //!
 //! A refusal is `{"error": "<reason>: <sentence>"}` with its status: 404 for an unknown capsule
 //! or action, 503 while shutting down or when the host does not answer, 401 (with
@@ -38,10 +44,48 @@ impl IntoResponse for Refusal {
 }
 
 async fn list(State(host): State<HostHandle>) -> Response {
-    match host.list().await {
-        Ok(entries) => Json(entries).into_response(),
-        Err(e) => Refusal(e).into_response(),
+    let entries = match host.list().await {
+        Ok(entries) => entries,
+        Err(e) => return Refusal(e).into_response(),
+    };
+    match host.cluster() {
+        None => Json(entries).into_response(),
+        Some(c) => Json(cluster_list(c, entries).await).into_response(),
     }
+}
+
+/// A clustered host's list: its own capsules (with `host`), then every other session the
+/// cluster's book holds: its capsule, host, session and door, `running` while a host holds its
+/// lease, `unowned` while it waits to be claimed after its host was lost.
+async fn cluster_list(c: &crate::cluster::ClusterHost, mine: Vec<super::CapsuleEntry>) -> Vec<serde_json::Value> {
+    let mut out: Vec<serde_json::Value> = mine
+        .iter()
+        .map(|e| {
+            let mut v = serde_json::to_value(e).unwrap_or_default();
+            v["host"] = c.name.clone().into();
+            v
+        })
+        .collect();
+    let local: std::collections::HashSet<&str> = mine.iter().filter_map(|e| e.session_id.as_deref()).collect();
+    let booked = match c.sessions.list().await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "the cluster's session book could not be read; listing this host's capsules only");
+            return out;
+        }
+    };
+    for (session, entry, _) in booked {
+        if local.contains(session.as_str()) {
+            continue;
+        }
+        let holder = c.leases.holder(&session).await.ok().flatten();
+        let state = if holder.is_some() { "running" } else { "unowned" };
+        let host = holder.map_or(entry.host, |h| h.host);
+        out.push(serde_json::json!({
+            "name": entry.capsule, "state": state, "session_id": session, "url": entry.door, "host": host,
+        }));
+    }
+    out
 }
 
 async fn one(State(host): State<HostHandle>, Path(name): Path<String>) -> Response {
@@ -56,6 +100,42 @@ async fn act(State(host): State<HostHandle>, Path((name, action)): Path<(String,
     match host.act(&name, action).await {
         Ok(entry) => Json(entry).into_response(),
         Err(e) => Refusal(e).into_response(),
+    }
+}
+
+/// `POST /sessions/<id>` with the door's `stream/watch` request: the session's frames as SSE,
+/// from any host of the cluster, whichever host runs the session (or runs it after a failover),
+/// after the `Last-Event-ID` when given. Refused on a host that is not in a cluster.
+async fn watch(
+    State(host): State<HostHandle>,
+    Path(session): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    let method =
+        serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["method"].as_str().map(str::to_string));
+    if method.as_deref() != Some("stream/watch") {
+        let error =
+            "bad_request: send the door's watch request, {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stream/watch\"}";
+        return (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": error}))).into_response();
+    }
+    let Some(c) = host.cluster() else {
+        let error = "not_clustered: this host is not in a cluster; watch a session through its door (stream/watch)";
+        return (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": error}))).into_response();
+    };
+    let after = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    match crate::cluster::frames::follow(&c.js, &session, after).await {
+        Ok(rx) => {
+            let ack = capsule_protocol::frame::NumberedFrame {
+                id: None,
+                frame: capsule_protocol::frame::Frame::ConnectionAck {
+                    role: "observer".into(),
+                    conversation_mode: "single".into(),
+                },
+            };
+            crate::door::sse::response(crate::door::sse::stream(vec![ack], rx, crate::door::sse::Until::Closed, None))
+        }
+        Err(e) => crate::door::sse::error_stream(super::chain(&e)),
     }
 }
 
@@ -82,6 +162,7 @@ pub fn app(host: HostHandle, key: TokenKey, public: bool) -> Router {
         .route("/capsules", get(list))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
+        .route("/sessions/{session}", post(watch))
         .layer(axum::middleware::from_fn(move |req, next| require_token(key.clone(), req, next)))
         .layer(axum::middleware::from_fn(move |req, next| {
             crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true, public }, req, next)

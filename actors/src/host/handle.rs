@@ -20,6 +20,8 @@ const ACT: Duration = Duration::from_secs(120);
 #[derive(Clone)]
 pub struct HostHandle {
     actor: ActorRef<HostMsg>,
+    /// The cluster the host joined, if any (the API follows any session of it).
+    cluster: Option<crate::cluster::ClusterHost>,
 }
 
 async fn ask<T: Send + 'static>(
@@ -40,8 +42,14 @@ impl HostHandle {
         shared: Shared,
         policy: RestartPolicy,
     ) -> Result<HostHandle, ractor::SpawnErr> {
+        let cluster = shared.cluster.clone();
         let (actor, _) = Actor::spawn(None, HostSupervisor, HostArgs { capsules, shared, policy }).await?;
-        Ok(HostHandle { actor })
+        Ok(HostHandle { actor, cluster })
+    }
+
+    /// The cluster the host joined, if any.
+    pub fn cluster(&self) -> Option<&crate::cluster::ClusterHost> {
+        self.cluster.as_ref()
     }
 
     /// The supervisor.

@@ -1,0 +1,89 @@
+//! Watching across a failover with the real binaries: `capsule watch` follows, through host B's
+//! API, a session that runs on host A. Host A is killed mid-task; host B claims the session and
+//! finishes it. The watcher sees every frame id once, in order, with no gap, across the move.
+
+use crate::cluster_support::*;
+use crate::common::repo;
+use crate::nats::NatsCluster;
+use capsule_actors::cluster::{self, Record, StreamLog};
+use capsule_stub::StubHandle;
+use serde_json::Value;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across_a_failover() {
+    let nats = NatsCluster::start(3).await;
+    let urls = nats.urls().join(",");
+    let stubs_a: Vec<StubHandle> = vec![provider(false)];
+    let stubs_b: Vec<StubHandle> = vec![provider(false)];
+    let mut a = start_host(0, &urls, &stubs_a).await;
+    let b = start_host(1, &urls, &stubs_b).await;
+    let (name, (session, door)) = a.capsules.iter().next().map(|(n, s)| (n.clone(), s.clone())).expect("one capsule");
+
+    let mut watcher = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["watch", "--json", &format!("{}/sessions/{session}", b.api), "--token-file"])
+        .arg(&b.token_file)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("capsule watch starts");
+    let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("ack within 30 s");
+    let ack: Value = serde_json::from_str(&first.expect("stdout").expect("a line")).expect("json");
+    assert_eq!(ack["event"], "connection-ack", "{ack}");
+
+    // Host B lists the whole cluster: its own capsule, and A's session on A.
+    let listed = api_list(&b).await;
+    let on_a = listed.iter().find(|e| e["session_id"] == session.as_str()).expect("A's session is listed on B");
+    assert_eq!((on_a["host"].as_str(), on_a["state"].as_str()), (Some("h0"), Some("running")), "{listed:#?}");
+    assert!(listed.iter().any(|e| e["host"] == "h1" && e["name"] == "c1-0"), "{listed:#?}");
+
+    submit(&door).await;
+    let root = a.root.path().to_path_buf();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while effects(&[&root], &name).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the task did not get going within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.child.start_kill().expect("kill -9");
+    let _ = a.child.wait().await;
+
+    let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !completed(&trace(&js, &session).await) {
+        assert!(tokio::time::Instant::now() < deadline, "the task did not complete on host B within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, stored) = StreamLog::open(&js, &session, Record::Frames).await.expect("frames");
+    let last_stored = stored
+        .iter()
+        .filter_map(|f| serde_json::from_slice::<Value>(f).ok().and_then(|v| v["id"].as_u64()))
+        .max()
+        .expect("frames were stored");
+
+    let mut ids = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while ids.last() != Some(&last_stored) {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the watcher reached frame {last_stored} within 30 s; it has {ids:?}"))
+            .expect("stdout")
+            .expect("the watcher is still running");
+        let frame: Value = serde_json::from_str(&line).expect("json");
+        if let Some(id) = frame["id"].as_u64() {
+            ids.push(id);
+        }
+    }
+    let expected: Vec<u64> = (1..=last_stored).collect();
+    assert_eq!(ids, expected, "every frame id once, in order, across the move");
+    let resumed = trace(&js, &session).await;
+    assert!(resumed.iter().any(|e| e["event_type"] == "session_start" && e["cluster"]["host"] == "h1"), "moved to h1");
+    let listed = api_list(&b).await;
+    let moved = listed.iter().find(|e| e["session_id"] == session.as_str()).expect("still listed");
+    assert_eq!(moved["host"], "h1", "after the move B runs it: {listed:#?}");
+    let _ = watcher.start_kill();
+}
