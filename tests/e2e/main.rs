@@ -11,6 +11,7 @@ mod cluster;
 mod cluster_failover;
 mod cluster_fencing;
 mod cluster_host;
+mod cluster_outage;
 mod cluster_session;
 mod cluster_spend;
 mod cluster_support;

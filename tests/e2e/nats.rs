@@ -152,6 +152,19 @@ impl NatsCluster {
         }
     }
 
+    /// Start every server that is down again with its store, and wait until all are healthy
+    /// (a lone server is not healthy until it has a quorum).
+    pub async fn restart_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].child.is_none() {
+                self.spawn(i);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_healthy(i).await;
+        }
+    }
+
     /// Start server `i` again with its store, and wait until it is healthy.
     pub async fn restart(&mut self, i: usize) {
         self.spawn(i);

@@ -76,6 +76,8 @@ pub struct SlotState {
     generation: u64,
     /// In a cluster: the running session's entry in the session book, and its revision.
     booked: Option<(String, u64)>,
+    /// The slot runs a session claimed from a lost host.
+    claimed: bool,
 }
 
 /// One capsule of a host: launches its session, watches its supervisor, restarts it by policy.
@@ -148,8 +150,19 @@ impl SlotState {
         if let Some(r) = self.running.take() {
             r.door.close();
         }
-        if let Some(unbook) = self.unbook() {
+        // A session stopped by the cluster (its lease lost, JetStream gone) stays booked: a host
+        // claims it and resumes it once its lease has expired. Any other crash ends it here.
+        if why.contains("E-CLU-") {
+            self.booked = None;
+        } else if let Some(unbook) = self.unbook() {
             tokio::spawn(unbook);
+        }
+        if self.claimed {
+            // A session claimed from a lost host is not replaced by a new session here: its
+            // capsule belongs to the host that planned it.
+            self.error = Some(format!("{why} (a claimed session is not started again as a new one)"));
+            self.set(CapsuleState::Stopped);
+            return;
         }
         let name = &self.args.spec.name;
         match self.window.admit(Instant::now(), &self.args.policy) {
@@ -304,6 +317,7 @@ impl Actor for CapsuleSlot {
 
     async fn pre_start(&self, _myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotState, ActorProcessingErr> {
         let restarts = args.restarts;
+        let claimed = args.adopted.is_some();
         Ok(SlotState {
             args,
             state: CapsuleState::Starting,
@@ -314,6 +328,7 @@ impl Actor for CapsuleSlot {
             window: CrashWindow::default(),
             generation: 0,
             booked: None,
+            claimed,
         })
     }
 

@@ -1,0 +1,103 @@
+//! NATS faults under running sessions, with the real binary:
+//! - one of the three servers is killed mid-task: the sessions go on and their tasks complete;
+//! - every server is down for longer than the lease TTL: no step is taken without an ack; when
+//!   the servers are back the sessions whose leases expired meanwhile stop, a host claims them
+//!   again, and their tasks complete with no tool effect doubled.
+
+use crate::cluster_support::*;
+use crate::nats::NatsCluster;
+use capsule_actors::cluster;
+use capsule_stub::StubHandle;
+use std::time::Duration;
+
+async fn wait_completed(js: &async_nats::jetstream::Context, sessions: &[String], within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    for s in sessions {
+        loop {
+            // A read may fail while the cluster elects its leaders again.
+            let done =
+                match capsule_actors::cluster::StreamLog::open(js, s, capsule_actors::cluster::Record::Trace).await {
+                    Ok((_, entries)) => {
+                        completed(&entries.iter().filter_map(|e| serde_json::from_slice(e).ok()).collect::<Vec<_>>())
+                    }
+                    Err(_) => false,
+                };
+            if done {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{s} did not complete within {within:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn no_doubles(root: &std::path::Path, names: &[String]) {
+    for n in names {
+        let lines = effects(&[root], n);
+        let unique: std::collections::HashSet<&String> = lines.iter().collect();
+        assert_eq!(unique.len(), lines.len(), "{n}: an effect happened twice: {lines:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_losing_one_of_three_servers_mid_task_does_not_stop_the_sessions() {
+    let mut nats = NatsCluster::start(3).await;
+    let stubs: Vec<StubHandle> = (0..3).map(|_| provider(false)).collect();
+    let h = start_host(0, &nats.urls().join(","), &stubs).await;
+    for (_, door) in h.capsules.values() {
+        submit(door).await;
+    }
+    let names: Vec<String> = h.capsules.keys().cloned().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !names.iter().all(|n| !effects(&[h.root.path()], n).is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "the tasks did not get going within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    nats.kill(0);
+    let urls = nats.urls()[1..].to_vec();
+    let js = async_nats::jetstream::new(cluster::connect(&urls).await.expect("connects"));
+    let sessions: Vec<String> = h.capsules.values().map(|(s, _)| s.clone()).collect();
+    wait_completed(&js, &sessions, Duration::from_secs(90)).await;
+    no_doubles(h.root.path(), &names);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_sessions_outlive_every_server_going_down_for_longer_than_the_ttl() {
+    let mut nats = NatsCluster::start(3).await;
+    let stubs: Vec<StubHandle> = (0..2).map(|_| provider(false)).collect();
+    let h = start_host(0, &nats.urls().join(","), &stubs).await;
+    for (_, door) in h.capsules.values() {
+        submit(door).await;
+    }
+    let names: Vec<String> = h.capsules.keys().cloned().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !names.iter().all(|n| !effects(&[h.root.path()], n).is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "the tasks did not get going within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..3 {
+        nats.kill(i);
+    }
+    // Longer than the 3 s TTL. Meanwhile no step can be journaled, so none is taken.
+    let during: Vec<usize> = names.iter().map(|n| effects(&[h.root.path()], n).len()).collect();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after: Vec<usize> = names.iter().map(|n| effects(&[h.root.path()], n).len()).collect();
+    assert!(
+        after.iter().zip(&during).all(|(a, d)| *a <= d + 1),
+        "at most the call already started ran: {during:?} → {after:?}"
+    );
+    nats.restart_all().await;
+    let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
+    let sessions: Vec<String> = h.capsules.values().map(|(s, _)| s.clone()).collect();
+    wait_completed(&js, &sessions, Duration::from_secs(120)).await;
+    no_doubles(h.root.path(), &names);
+    // Their leases had expired: each session was stopped and claimed again (here by the same
+    // host, the only one), then resumed from its records.
+    for s in &sessions {
+        let t = trace(&js, s).await;
+        assert!(
+            t.iter().any(|e| e["event_type"] == "session_start" && e["resumed"] == true),
+            "{s} was claimed again: {t:#?}"
+        );
+    }
+}
