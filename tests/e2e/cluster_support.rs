@@ -44,7 +44,7 @@ pub fn provider(spin: bool) -> StubHandle {
 
 /// A host's folder of capsules, each with its components inside it (so the capsule can be
 /// kept whole in the cluster's store).
-pub fn capsule_folder(root: &Path, host: usize, stubs: &[StubHandle]) -> PathBuf {
+pub fn capsule_folder(root: &Path, host: usize, stubs: &[StubHandle], inference: &str) -> PathBuf {
     let caps = root.join("caps");
     let dist = repo().join("components/dist");
     for (k, stub) in stubs.iter().enumerate() {
@@ -56,7 +56,7 @@ pub fn capsule_folder(root: &Path, host: usize, stubs: &[StubHandle]) -> PathBuf
         std::fs::write(
             folder.join("murmur.yaml"),
             format!(
-                "name: c{host}-{k}\nversion: 0.1.0\nartifacts:\n  - name: anthropic\n    runtime: driver\n    source: ./driver-anthropic.wasm\n    gateway: {{endpoint: '{}', keyless: true}}\n  - name: files\n    runtime: tool\n    source: ./tool-files.wasm\n  - name: spin\n    runtime: tool\n    source: ./guest-spin-forever.wasm\ninference:\n  model: claude-test\n  driver: {{artifact: anthropic}}\n  max_turns: 20\ncapabilities: {{limits: {{deadline_seconds: 60}}}}\n",
+                "name: c{host}-{k}\nversion: 0.1.0\nartifacts:\n  - name: anthropic\n    runtime: driver\n    source: ./driver-anthropic.wasm\n    gateway: {{endpoint: '{}', keyless: true}}\n  - name: files\n    runtime: tool\n    source: ./tool-files.wasm\n  - name: spin\n    runtime: tool\n    source: ./guest-spin-forever.wasm\ninference:\n  model: claude-test\n  driver: {{artifact: anthropic}}\n  max_turns: 20\n{inference}capabilities: {{limits: {{deadline_seconds: 60}}}}\n",
                 stub.url()
             ),
         )
@@ -79,8 +79,26 @@ pub struct RunningHost {
 }
 
 pub async fn start_host(i: usize, cluster: &str, stubs: &[StubHandle]) -> RunningHost {
+    start_host_with(i, cluster, stubs, "", None).await
+}
+
+/// [`start_host`], with more `inference:` keys in every manifest (indented lines) and a host
+/// config (the text of its `host.yaml`).
+pub async fn start_host_with(
+    i: usize,
+    cluster: &str,
+    stubs: &[StubHandle],
+    inference: &str,
+    host_config: Option<&str>,
+) -> RunningHost {
     let root = tempfile::tempdir().expect("tempdir");
-    let caps = capsule_folder(root.path(), i, stubs);
+    let caps = capsule_folder(root.path(), i, stubs, inference);
+    if let Some(config) = host_config {
+        let dir = root.path().join("capsule-runtime");
+        std::fs::create_dir_all(&dir).expect("config folder");
+        std::fs::write(dir.join("host.yaml"), config.replace("{ROOT}", &root.path().display().to_string()))
+            .expect("host config");
+    }
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
         .args(["host", "--json", "--name", &format!("h{i}"), "--cluster", cluster])
         .arg(&caps)

@@ -14,6 +14,7 @@ mod cluster_host;
 mod cluster_outage;
 mod cluster_session;
 mod cluster_spend;
+mod cluster_spend_hosts;
 mod cluster_support;
 mod cluster_watch;
 mod common;
