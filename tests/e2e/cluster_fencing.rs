@@ -60,7 +60,8 @@ async fn cluster_a_host_stopped_past_its_ttl_is_fenced_and_stops_its_sessions_wh
         let list = api_list(&h0).await;
         let stopped = names.iter().all(|n| {
             let e = list.iter().find(|e| e["name"] == n.as_str()).expect("listed");
-            e["session_id"].as_str() != Some(h0.capsules[n].0.as_str())
+            // Stopped: replaced by a new session, or waiting to be (crashed, failed).
+            e["session_id"].as_str() != Some(h0.capsules[n].0.as_str()) || e["state"] != "running"
         });
         if stopped {
             break;
