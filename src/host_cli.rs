@@ -189,6 +189,10 @@ pub async fn host(args: HostArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(c) = handle.cluster() {
+        // The heartbeat names the API from now on.
+        let _ = c.api.set(api.url());
+    }
     let settled = tokio::select! {
         s = handle.settled() => Some(s),
         _ = &mut stop => None,

@@ -12,6 +12,7 @@ mod cluster_failover;
 mod cluster_fencing;
 mod cluster_host;
 mod cluster_outage;
+mod cluster_place;
 mod cluster_session;
 mod cluster_spend;
 mod cluster_spend_hosts;

@@ -23,6 +23,10 @@ pub struct ClusterHost {
     pub sessions: super::Sessions,
     /// Where this host writes the capsules it fetched and the sessions it claimed.
     pub root: std::path::PathBuf,
+    /// The registry of live hosts.
+    pub hosts: super::Hosts,
+    /// This host's API URL, set once it serves it (written in its heartbeat).
+    pub api: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 impl ClusterHost {
@@ -58,6 +62,8 @@ impl ClusterHost {
         let files = super::CapsuleFiles::open(&js, replicas).await?;
         let sessions = super::Sessions::open(&js, replicas).await?;
         let root = std::path::PathBuf::from("capsule-work").join("cluster");
-        Ok(ClusterHost { js, name: name.to_string(), leases, spend, replicas, files, sessions, root })
+        let hosts = super::Hosts::open(&js, replicas, ttl).await?;
+        let api = Default::default();
+        Ok(ClusterHost { js, name: name.to_string(), leases, spend, replicas, files, sessions, root, hosts, api })
     }
 }

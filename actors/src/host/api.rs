@@ -7,6 +7,8 @@
 //! - `GET /capsules/<name>` → that entry.
 //! - `POST /capsules/<name>/start|stop|restart` → the entry after the action (a restart
 //!   answers once the new session's door is open).
+//! - `POST /capsules` `{"path", "name"?}` (clustered hosts) → the capsule is stored in the
+//!   cluster and placed on the least-loaded live host; that host's entry, with `host`.
 //! - `POST /sessions/<session id>` with the door's `stream/watch` request → that session's
 //!   frames as SSE (clustered hosts: any session of the cluster, read from JetStream, across a
 //!   failover), after `Last-Event-ID`; `capsule watch <api>/sessions/<id> --token-file <api
@@ -103,6 +105,53 @@ async fn act(State(host): State<HostHandle>, Path((name, action)): Path<(String,
     }
 }
 
+/// `POST /capsules` `{"path": "<capsule folder or murmur.yaml>", "name"?: "<name>"}` on a
+/// clustered host: the capsule is stored in the cluster and run by its least-loaded live host;
+/// the answer is that host's entry for it, with `host`.
+async fn place(State(host): State<HostHandle>, body: String) -> Response {
+    let bad = |error: String| (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": error}))).into_response();
+    let Some(c) = host.cluster() else {
+        let error = "not_clustered: this host is not in a cluster; name capsules in its host file instead";
+        return (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": error}))).into_response();
+    };
+    let request: serde_json::Value = match serde_json::from_str(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return bad(format!("bad_request: the body is not JSON ({e}); send {{\"path\": \"<capsule folder>\"}}"));
+        }
+    };
+    let Some(path) = request["path"].as_str().map(std::path::PathBuf::from) else {
+        return bad("bad_request: `path` (a capsule folder or its murmur.yaml, on this host) is required".into());
+    };
+    let folder =
+        if path.is_dir() { path.clone() } else { path.parent().map(std::path::Path::to_path_buf).unwrap_or_default() };
+    let name = match request["name"].as_str() {
+        Some(n) => n.to_string(),
+        None => folder.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    };
+    if !capsule_protocol::host_file::valid_name(&name) {
+        return bad(format!(
+            "bad_request: `{name}` cannot name a capsule (1–100 of A–Z a–z 0–9 . _ -, not starting with .)"
+        ));
+    }
+    match super::placement::place(c, host.actor(), &path, name).await {
+        Ok((entry, on)) => {
+            let mut v = serde_json::to_value(entry).unwrap_or_default();
+            v["host"] = on.into();
+            Json(v).into_response()
+        }
+        Err(e) => {
+            let status = if matches!(e, super::placement::PlaceError::Cluster(ref c) if c.code() == capsule_protocol::Code::ClusterBadCapsule)
+            {
+                StatusCode::UNPROCESSABLE_ENTITY
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (status, Json(serde_json::json!({"error": format!("not_placed: {}", super::chain(&e))}))).into_response()
+        }
+    }
+}
+
 /// `POST /sessions/<id>` with the door's `stream/watch` request: the session's frames as SSE,
 /// from any host of the cluster, whichever host runs the session (or runs it after a failover),
 /// after the `Last-Event-ID` when given. Refused on a host that is not in a cluster.
@@ -159,7 +208,7 @@ async fn require_token(key: Arc<TokenKey>, req: axum::extract::Request, next: ax
 pub fn app(host: HostHandle, key: TokenKey, public: bool) -> Router {
     let key = Arc::new(key);
     Router::new()
-        .route("/capsules", get(list))
+        .route("/capsules", get(list).post(place))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
         .route("/sessions/{session}", post(watch))

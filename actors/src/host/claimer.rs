@@ -1,4 +1,5 @@
-//! [`Claimer`]: one per clustered host. Every third of the lease TTL it reads the cluster's
+//! [`Claimer`]: one per clustered host. Every third of the lease TTL it writes the host's
+//! heartbeat to the cluster's host registry (its API and load), then reads the cluster's
 //! session book, and claims each booked session whose lease has expired (its host died, or
 //! was cut off for longer than the TTL): it fetches the capsule from the cluster's store,
 //! resumes the session from its JetStream records by the resume rules
@@ -68,9 +69,31 @@ impl ClaimerArgs {
         self.shared.cluster.as_ref()
     }
 
-    /// One round: claim every booked session nobody holds.
+    /// Write this host's heartbeat to the registry: its API and its load (running sessions).
+    async fn beat(&self, c: &ClusterHost) {
+        let entries = match self.host.call(HostMsg::List, Some(Duration::from_secs(5))).await {
+            Ok(ractor::rpc::CallResult::Success(e)) => e,
+            _ => return,
+        };
+        let load = entries
+            .iter()
+            .filter(|e| matches!(e.state, super::CapsuleState::Running | super::CapsuleState::Starting))
+            .count();
+        let entry = crate::cluster::HostEntry {
+            name: c.name.clone(),
+            api: c.api.get().cloned(),
+            load: load as u32,
+            heartbeat_ms: crate::now_ms(),
+        };
+        if let Err(e) = c.hosts.beat(&entry).await {
+            tracing::debug!(error = %e, "the heartbeat was not written; again next round");
+        }
+    }
+
+    /// One round: the heartbeat, then claim every booked session nobody holds.
     async fn round(&self) {
         let Some(c) = self.cluster() else { return };
+        self.beat(c).await;
         let mut booked = match c.sessions.list().await {
             Ok(b) => b,
             Err(e) => {

@@ -27,6 +27,7 @@
 pub mod api;
 pub mod claimer;
 pub mod handle;
+pub mod placement;
 pub mod policy;
 pub mod slot;
 pub mod supervisor;
@@ -62,7 +63,7 @@ pub struct Shared {
 }
 
 /// Where a capsule is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CapsuleState {
     /// Launching its session and door.
@@ -78,7 +79,7 @@ pub enum CapsuleState {
 }
 
 /// One capsule as the host API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct CapsuleEntry {
     /// The capsule's name in the host.
     pub name: String,

@@ -188,7 +188,10 @@ impl SlotState {
 
     async fn act(&mut self, myself: &ActorRef<SlotMsg>, action: Action) {
         match action {
-            Action::Start if matches!(self.state, CapsuleState::Starting | CapsuleState::Running) => {}
+            // A slot handles one message at a time and a launch ends in another state, so a
+            // slot seen `starting` here has its first launch still queued: launch now (the
+            // queued one is then of an old generation and ignored), and answer once launched.
+            Action::Start if self.state == CapsuleState::Running => {}
             Action::Start => {
                 self.generation += 1;
                 self.window.clear();

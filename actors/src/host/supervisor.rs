@@ -58,6 +58,14 @@ pub enum HostMsg {
         /// The resumed session.
         session: Arc<Session>,
     },
+    /// Run a capsule placed on this host (clustered): a new slot, answered with its entry once
+    /// its session runs. Named like `Adopt` when the name is taken.
+    Place {
+        /// The capsule (fetched from the cluster's store).
+        spec: PlannedCapsule,
+        /// The entry once launched, or why not.
+        reply: RpcReplyPort<Result<CapsuleEntry, HostError>>,
+    },
 }
 
 /// What the host is started with.
@@ -130,6 +138,31 @@ impl HostState {
         slot.actor = Some(actor.clone());
         self.by_actor.insert(actor.get_id(), i);
         Ok(actor)
+    }
+
+    /// Add a slot for `spec` (renamed `<name>~<tag>` when the name is taken) and spawn it.
+    async fn add_slot(
+        &mut self,
+        myself: &ActorRef<HostMsg>,
+        mut spec: PlannedCapsule,
+        tag: &str,
+        adopted: Option<Arc<Session>>,
+    ) -> Result<ActorRef<SlotMsg>, ractor::SpawnErr> {
+        if self.index.contains_key(&spec.name) {
+            spec.name = format!("{}~{tag}", spec.name);
+        }
+        let entry = CapsuleEntry {
+            name: spec.name.clone(),
+            state: CapsuleState::Starting,
+            session_id: adopted.as_ref().map(|s| s.session_id.clone()),
+            restarts: 0,
+            url: None,
+            error: None,
+        };
+        let i = self.slots.len();
+        self.index.insert(spec.name.clone(), i);
+        self.slots.push(Slot { spec, actor: None, entry, slot_failures: CrashWindow::default(), adopted });
+        self.spawn_slot(myself, i).await
     }
 
     /// Start the claimer when this host is clustered.
@@ -227,6 +260,11 @@ impl Actor for HostSupervisor {
             state.spawn_slot(&myself, i).await?;
         }
         state.spawn_claimer(&myself).await?;
+        if let Some(c) = &state.shared.cluster
+            && let Err(e) = super::placement::listen(c.clone(), myself.clone()).await
+        {
+            tracing::error!(error = %e, "this host does not take placements");
+        }
         Ok(state)
     }
 
@@ -276,28 +314,23 @@ impl Actor for HostSupervisor {
                     let _ = slot.cast(SlotMsg::Session(reply));
                 }
             },
-            HostMsg::Adopt { mut spec, session } => {
+            HostMsg::Adopt { spec, session } => {
                 if state.shutting_down {
                     session.shutdown().await;
                     return Ok(());
                 }
-                if state.index.contains_key(&spec.name) {
-                    let short = session.session_id.trim_start_matches("ses_").chars().take(12).collect::<String>();
-                    spec.name = format!("{}~{short}", spec.name);
+                let tag = session.session_id.trim_start_matches("ses_").chars().take(12).collect::<String>();
+                state.add_slot(&myself, spec, &tag, Some(session)).await?;
+            }
+            HostMsg::Place { spec, reply } => {
+                if state.shutting_down {
+                    let _ = reply.send(Err(HostError::ShuttingDown));
+                    return Ok(());
                 }
-                let entry = CapsuleEntry {
-                    name: spec.name.clone(),
-                    state: CapsuleState::Starting,
-                    session_id: Some(session.session_id.clone()),
-                    restarts: 0,
-                    url: None,
-                    error: None,
-                };
-                let i = state.slots.len();
-                state.index.insert(spec.name.clone(), i);
-                let slot_failures = CrashWindow::default();
-                state.slots.push(Slot { spec, actor: None, entry, slot_failures, adopted: Some(session) });
-                state.spawn_slot(&myself, i).await?;
+                let tag = uuid::Uuid::now_v7().simple().to_string().chars().rev().take(8).collect::<String>();
+                let slot = state.add_slot(&myself, spec, &tag, None).await?;
+                // The slot launches first (its own `Launch`, already queued), then answers.
+                let _ = slot.cast(SlotMsg::Act(Action::Start, reply));
             }
             HostMsg::Shutdown(reply) => {
                 state.shutdown().await;

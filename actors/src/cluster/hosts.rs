@@ -1,0 +1,76 @@
+//! The registry of the cluster's live hosts: a KV bucket with one key per host, holding its API
+//! address, its load (running sessions) and its last heartbeat. Entries expire after the
+//! bucket's `max_age` (the lease TTL), so a host that stops heartbeating leaves it; each host's
+//! claimer writes its own entry every third of the TTL.
+
+use async_nats::jetstream::{self, kv};
+use serde::{Deserialize, Serialize};
+
+use super::ClusterError;
+
+/// The bucket of live hosts.
+pub const HOSTS_BUCKET: &str = "CAPSULE_HOSTS";
+
+/// One live host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostEntry {
+    /// Its name in the cluster.
+    pub name: String,
+    /// Its host API's URL, once it serves one.
+    pub api: Option<String>,
+    /// Its running capsule sessions.
+    pub load: u32,
+    /// When it wrote this entry (ms since the Unix epoch).
+    pub heartbeat_ms: u64,
+}
+
+/// The host registry.
+#[derive(Debug, Clone)]
+pub struct Hosts {
+    kv: kv::Store,
+}
+
+impl Hosts {
+    /// Create the bucket (entries live `ttl`, `replicas` copies), or take the one that exists.
+    pub async fn open(
+        js: &jetstream::Context,
+        replicas: usize,
+        ttl: std::time::Duration,
+    ) -> Result<Hosts, ClusterError> {
+        Ok(Hosts { kv: super::kv_read::bucket(js, HOSTS_BUCKET, replicas, Some(ttl)).await? })
+    }
+
+    /// Write this host's entry (its heartbeat).
+    pub async fn beat(&self, entry: &HostEntry) -> Result<(), ClusterError> {
+        super::subject(&entry.name, super::Record::Trace)?;
+        let value = serde_json::to_vec(entry).unwrap_or_default();
+        self.kv
+            .put(&entry.name, value.into())
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterError::js(format!("write the heartbeat of {}", entry.name), e))
+    }
+
+    /// Every live host, least loaded first (then by name). An entry in another format is
+    /// skipped.
+    pub async fn live(&self) -> Result<Vec<HostEntry>, ClusterError> {
+        use futures::TryStreamExt;
+        let keys: Vec<String> = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| ClusterError::js("list the hosts", e))?
+            .try_collect()
+            .await
+            .map_err(|e| ClusterError::js("list the hosts", e))?;
+        let mut out = Vec::new();
+        for key in keys {
+            let value = self.kv.get(&key).await.map_err(|e| ClusterError::js(format!("read host {key}"), e))?;
+            if let Some(entry) = value.and_then(|v| serde_json::from_slice::<HostEntry>(&v).ok()) {
+                out.push(entry);
+            }
+        }
+        out.sort_by(|a, b| a.load.cmp(&b.load).then_with(|| a.name.cmp(&b.name)));
+        Ok(out)
+    }
+}
