@@ -134,8 +134,8 @@ pub async fn start_host_with(
     RunningHost { child, root, token_file, api, capsules }
 }
 
-/// Give a task without waiting for it (A2A 0.3 `message/send` with `blocking: false`).
-pub async fn submit(door: &str) {
+/// Give a task without waiting for it (A2A 0.3 `message/send` with `blocking: false`); its id.
+pub async fn submit(door: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
         "message": {"kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "do every step"}]},
         "configuration": {"blocking": false}}});
@@ -149,7 +149,21 @@ pub async fn submit(door: &str) {
         .json()
         .await
         .expect("json");
-    assert!(answer["result"]["id"].is_string(), "accepted: {answer}");
+    answer["result"]["id"].as_str().unwrap_or_else(|| panic!("accepted: {answer}")).to_string()
+}
+
+/// A door request for `session` through a host's API (`POST /sessions/<id>`).
+pub async fn via_api(host: &RunningHost, session: &str, request: &Value) -> (u16, Value) {
+    let token = std::fs::read_to_string(&host.token_file).expect("token");
+    let answer = reqwest::Client::new()
+        .post(format!("{}/sessions/{session}", host.api))
+        .bearer_auth(token.trim())
+        .json(request)
+        .send()
+        .await
+        .expect("the host API answers");
+    let status = answer.status().as_u16();
+    (status, answer.json().await.expect("json"))
 }
 
 pub async fn trace(js: &async_nats::jetstream::Context, session: &str) -> Vec<Value> {

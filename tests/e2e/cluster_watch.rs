@@ -1,6 +1,8 @@
 //! Watching across a failover with the real binaries: `capsule watch` follows, through host B's
 //! API, a session that runs on host A. Host A is killed mid-task; host B claims the session and
-//! finishes it. The watcher sees every frame id once, in order, with no gap, across the move.
+//! finishes it. The watcher sees every frame id once, in order, with no gap, across the move;
+//! a door request sent to B's API for that session reaches its owner's door, before the move
+//! and after it.
 
 use crate::cluster_support::*;
 use crate::common::repo;
@@ -42,7 +44,12 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     assert_eq!((on_a["host"].as_str(), on_a["state"].as_str()), (Some("h0"), Some("running")), "{listed:#?}");
     assert!(listed.iter().any(|e| e["host"] == "h1" && e["name"] == "c1-0"), "{listed:#?}");
 
-    submit(&door).await;
+    let task = submit(&door).await;
+    // A door request for A's session through B's API reaches A's door.
+    let get = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task}});
+    let (status, through_b) = via_api(&b, &session, &get).await;
+    assert_eq!(status, 200, "{through_b}");
+    assert_eq!(through_b["result"]["id"], task.as_str(), "{through_b}");
     let root = a.root.path().to_path_buf();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while effects(&[&root], &name).len() < 2 {
@@ -82,6 +89,11 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     assert_eq!(ids, expected, "every frame id once, in order, across the move");
     let resumed = trace(&js, &session).await;
     assert!(resumed.iter().any(|e| e["event_type"] == "session_start" && e["cluster"]["host"] == "h1"), "moved to h1");
+    // After the move the same request through B's API reaches the new owner's door, which
+    // resumed the task and finished it.
+    let (status, after) = via_api(&b, &session, &get).await;
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(after["result"]["status"]["state"], "completed", "{after}");
     let listed = api_list(&b).await;
     let moved = listed.iter().find(|e| e["session_id"] == session.as_str()).expect("still listed");
     assert_eq!(moved["host"], "h1", "after the move B runs it: {listed:#?}");

@@ -40,6 +40,18 @@ impl Sessions {
         Ok(Sessions { kv: super::kv_read::bucket(js, SESSIONS_BUCKET, replicas, None).await? })
     }
 
+    /// `session`'s entry, read from the bucket's leader; `None` when it is not booked.
+    pub async fn get(&self, js: &jetstream::Context, session: &str) -> Result<Option<SessionEntry>, ClusterError> {
+        let Some((value, revision)) = super::kv_read::latest(js, SESSIONS_BUCKET, session).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&value).map(Some).map_err(|e| ClusterError::BadEntry {
+            subject: format!("{SESSIONS_BUCKET}/{session}"),
+            sequence: revision,
+            why: e.to_string(),
+        })
+    }
+
     /// Write `session`'s entry; returns its revision.
     pub async fn put(&self, session: &str, entry: &SessionEntry) -> Result<u64, ClusterError> {
         super::subject(session, super::Record::Trace)?;

@@ -9,10 +9,10 @@
 //!   answers once the new session's door is open).
 //! - `POST /capsules` `{"path", "name"?}` (clustered hosts) → the capsule is stored in the
 //!   cluster and placed on the least-loaded live host; that host's entry, with `host`.
-//! - `POST /sessions/<session id>` with the door's `stream/watch` request → that session's
-//!   frames as SSE (clustered hosts: any session of the cluster, read from JetStream, across a
-//!   failover), after `Last-Event-ID`; `capsule watch <api>/sessions/<id> --token-file <api
-//!   token>` follows it.
+//! - `POST /sessions/<session id>` (clustered hosts) with a door request: `stream/watch` is
+//!   answered from JetStream, across a failover; any other request goes to the door of the host
+//!   that runs the session now (`api_sessions.rs`). `capsule watch <api>/sessions/<id>
+//!   --token-file <api token>` follows a session through any host.
 //!
 //! A refusal is `{"error": "<reason>: <sentence>"}` with its status: 404 for an unknown capsule
 //! or action, 503 while shutting down or when the host does not answer, 401 (with
@@ -152,42 +152,6 @@ async fn place(State(host): State<HostHandle>, body: String) -> Response {
     }
 }
 
-/// `POST /sessions/<id>` with the door's `stream/watch` request: the session's frames as SSE,
-/// from any host of the cluster, whichever host runs the session (or runs it after a failover),
-/// after the `Last-Event-ID` when given. Refused on a host that is not in a cluster.
-async fn watch(
-    State(host): State<HostHandle>,
-    Path(session): Path<String>,
-    headers: axum::http::HeaderMap,
-    body: String,
-) -> Response {
-    let method =
-        serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["method"].as_str().map(str::to_string));
-    if method.as_deref() != Some("stream/watch") {
-        let error =
-            "bad_request: send the door's watch request, {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stream/watch\"}";
-        return (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": error}))).into_response();
-    }
-    let Some(c) = host.cluster() else {
-        let error = "not_clustered: this host is not in a cluster; watch a session through its door (stream/watch)";
-        return (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": error}))).into_response();
-    };
-    let after = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
-    match crate::cluster::frames::follow(&c.js, &session, after).await {
-        Ok(rx) => {
-            let ack = capsule_protocol::frame::NumberedFrame {
-                id: None,
-                frame: capsule_protocol::frame::Frame::ConnectionAck {
-                    role: "observer".into(),
-                    conversation_mode: "single".into(),
-                },
-            };
-            crate::door::sse::response(crate::door::sse::stream(vec![ack], rx, crate::door::sse::Until::Closed, None))
-        }
-        Err(e) => crate::door::sse::error_stream(super::chain(&e)),
-    }
-}
-
 /// Every request needs the host's API token; the answer to one without it says where it is.
 async fn require_token(key: Arc<TokenKey>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let presented = req
@@ -211,7 +175,7 @@ pub fn app(host: HostHandle, key: TokenKey, public: bool) -> Router {
         .route("/capsules", get(list).post(place))
         .route("/capsules/{name}", get(one))
         .route("/capsules/{name}/{action}", post(act))
-        .route("/sessions/{session}", post(watch))
+        .route("/sessions/{session}", post(super::api_sessions::session))
         .layer(axum::middleware::from_fn(move |req, next| require_token(key.clone(), req, next)))
         .layer(axum::middleware::from_fn(move |req, next| {
             crate::local_origin::middleware(crate::local_origin::Guard { json_posts: true, public }, req, next)

@@ -25,6 +25,7 @@
 //! counted in `restarts`.
 
 pub mod api;
+pub mod api_sessions;
 pub mod claimer;
 pub mod handle;
 pub mod placement;
