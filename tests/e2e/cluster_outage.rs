@@ -11,7 +11,12 @@ use capsule_actors::cluster;
 use capsule_stub::StubHandle;
 use std::time::Duration;
 
-async fn wait_completed(js: &async_nats::jetstream::Context, sessions: &[String], within: Duration) {
+async fn wait_completed(
+    js: &async_nats::jetstream::Context,
+    sessions: &[String],
+    within: Duration,
+    host: &RunningHost,
+) {
     let deadline = tokio::time::Instant::now() + within;
     for s in sessions {
         loop {
@@ -26,7 +31,23 @@ async fn wait_completed(js: &async_nats::jetstream::Context, sessions: &[String]
             if done {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{s} did not complete within {within:?}");
+            if tokio::time::Instant::now() >= deadline {
+                let log = std::fs::read_to_string(host.root.path().join("host.log")).unwrap_or_default();
+                let tail: Vec<&str> = log
+                    .lines()
+                    .filter(|l| {
+                        !l.trim_start().starts_with("at ")
+                            && !l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())
+                    })
+                    .rev()
+                    .take(60)
+                    .collect();
+                let t = trace(js, s).await;
+                let kinds: Vec<&str> = t.iter().map(|e| e["event_type"].as_str().unwrap_or("?")).collect();
+                panic!(
+                    "{s} did not complete within {within:?}; its trace: {kinds:?}; the host's log, newest first: {tail:#?}"
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -58,7 +79,7 @@ async fn cluster_losing_one_of_three_servers_mid_task_does_not_stop_the_sessions
     let urls = nats.urls()[1..].to_vec();
     let js = async_nats::jetstream::new(cluster::connect(&urls).await.expect("connects"));
     let sessions: Vec<String> = h.capsules.values().map(|(s, _)| s.clone()).collect();
-    wait_completed(&js, &sessions, Duration::from_secs(90)).await;
+    wait_completed(&js, &sessions, Duration::from_secs(90), &h).await;
     no_doubles(h.root.path(), &names);
 }
 
@@ -90,7 +111,7 @@ async fn cluster_sessions_outlive_every_server_going_down_for_longer_than_the_tt
     nats.restart_all().await;
     let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
     let sessions: Vec<String> = h.capsules.values().map(|(s, _)| s.clone()).collect();
-    wait_completed(&js, &sessions, Duration::from_secs(120)).await;
+    wait_completed(&js, &sessions, Duration::from_secs(120), &h).await;
     no_doubles(h.root.path(), &names);
     // A session whose lease expired during the outage was stopped and claimed again (here by
     // the same host, the only one), and nothing came from its old writer after the claim; one

@@ -96,7 +96,11 @@ impl LoopState {
         events: Vec<(TraceKind, serde_json::Value)>,
     ) -> Result<(), JournalError> {
         let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
-        self.peer(role::JOURNAL).ask(|reply| JournalMsg::Append { events, messages, reply }, wait::JOURNAL).await??;
+        // A clustered journal waits for JetStream as long as it takes (a leader election, a lost
+        // server): the step waits with it, and the lease keeper stops the session if its lease
+        // is lost meanwhile. A file journal answers at once or not at all.
+        let wait = if self.config.cluster_conversation.is_some() { wait::UNTIL_DONE } else { wait::JOURNAL };
+        self.peer(role::JOURNAL).ask(|reply| JournalMsg::Append { events, messages, reply }, wait).await??;
         Ok(())
     }
 

@@ -58,6 +58,7 @@ impl CapsuleSpec {
 #[derive(Clone)]
 pub struct CapsuleFiles {
     store: object_store::ObjectStore,
+    js: jetstream::Context,
 }
 
 impl std::fmt::Debug for CapsuleFiles {
@@ -96,7 +97,7 @@ impl CapsuleFiles {
             }
         })
         .await?;
-        Ok(CapsuleFiles { store })
+        Ok(CapsuleFiles { store, js: js.clone() })
     }
 
     /// Keep the capsule whose manifest is `manifest` (a `murmur.yaml`, or the folder holding
@@ -173,17 +174,41 @@ impl CapsuleFiles {
         .await
     }
 
+    /// The bytes of object `name` (at most `limit`), tried again while JetStream does not
+    /// answer. Its chunks are read one by one from the stream's leader by subject, as the
+    /// journal is, rather than through a consumer: a consumer cannot always be made while the
+    /// cluster elects a leader (and the client's object reader panics when it cannot).
     async fn get(&self, name: &str, limit: u64) -> Result<Vec<u8>, ClusterError> {
-        use tokio::io::AsyncReadExt;
-        let object = self.store.get(name).await.map_err(|e| ClusterError::js(format!("fetch {name}"), e))?;
-        let mut bytes = Vec::new();
-        object
-            .take(limit + 1)
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| ClusterError::js(format!("read {name}"), e))?;
-        if bytes.len() as u64 > limit {
+        super::log::patiently(|| self.get_once(name, limit)).await
+    }
+
+    async fn get_once(&self, name: &str, limit: u64) -> Result<Vec<u8>, ClusterError> {
+        use jetstream::stream::LastRawMessageErrorKind as Kind;
+        let info = self.store.info(name).await.map_err(|e| ClusterError::js(format!("find {name}"), e))?;
+        if info.size as u64 > limit {
             return Err(bad(name, format!("larger than {limit} bytes")));
+        }
+        let stream = self
+            .js
+            .get_stream(format!("OBJ_{FILES_BUCKET}"))
+            .await
+            .map_err(|e| ClusterError::js("find the capsule store", e))?;
+        let subject = format!("$O.{FILES_BUCKET}.C.{}", info.nuid);
+        let (mut bytes, mut next) = (Vec::with_capacity(info.size), 1);
+        for _ in 0..info.chunks {
+            let m = match stream.get_first_raw_message_by_subject(&subject, next).await {
+                Ok(m) => m,
+                Err(e) if e.kind() == Kind::NoMessageFound => return Err(bad(name, "a chunk is missing")),
+                Err(e) => return Err(ClusterError::js(format!("read {name}"), e)),
+            };
+            bytes.extend_from_slice(&m.payload);
+            if bytes.len() as u64 > limit {
+                return Err(bad(name, format!("larger than {limit} bytes")));
+            }
+            next = m.sequence + 1;
+        }
+        if bytes.len() != info.size {
+            return Err(bad(name, format!("{} bytes where its record says {}", bytes.len(), info.size)));
         }
         Ok(bytes)
     }

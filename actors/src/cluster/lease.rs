@@ -63,20 +63,31 @@ impl Leases {
     /// learn who holds it.
     pub async fn acquire(&self, session: &str, host: &str) -> Result<Lease, ClusterError> {
         let placeholder = encode(&LeaseRecord { host: host.to_string(), epoch: 0 });
-        match self.kv.create(session, placeholder).await {
-            Ok(revision) => {
-                let record = LeaseRecord { host: host.to_string(), epoch: revision };
-                let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision };
-                lease.renew().await?;
-                Ok(lease)
+        // Tried again while JetStream does not answer (a cluster still electing its leaders).
+        let created = super::log::patiently(|| async {
+            match self.kv.create(session, placeholder.clone()).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || super::wrong_last_sequence(&e) => Ok(None),
+                Err(e) => Err(ClusterError::js(format!("create the lease of {session}"), e)),
             }
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || super::wrong_last_sequence(&e) => {
-                let holder = self.holder(session).await?;
-                let (holder, epoch) = holder.map(|h| (h.host, h.epoch)).unwrap_or_else(|| ("(expiring)".into(), 0));
-                Err(ClusterError::Held { session: session.to_string(), holder, epoch })
-            }
-            Err(e) => Err(ClusterError::js(format!("create the lease of {session}"), e)),
-        }
+        })
+        .await?;
+        let revision = match created {
+            Some(revision) => revision,
+            None => match super::kv_read::latest(&self.js, LEASE_BUCKET, session).await? {
+                // An earlier try of this create was stored but its answer lost: it is ours.
+                Some((value, revision)) if value == placeholder => revision,
+                _ => {
+                    let holder = self.holder(session).await?;
+                    let (holder, epoch) = holder.map(|h| (h.host, h.epoch)).unwrap_or_else(|| ("(expiring)".into(), 0));
+                    return Err(ClusterError::Held { session: session.to_string(), holder, epoch });
+                }
+            },
+        };
+        let record = LeaseRecord { host: host.to_string(), epoch: revision };
+        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision };
+        lease.renew().await?;
+        Ok(lease)
     }
 
     /// Who holds `session` now, if anyone.

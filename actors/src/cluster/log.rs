@@ -137,14 +137,19 @@ impl StreamLog {
 
     /// Append one JSON object once nobody else appended since this writer's last entry;
     /// returns its stream sequence after JetStream acknowledged it. While JetStream does not
-    /// answer it keeps trying (the same append, deduplicated) for up to [`PATIENCE`]: the
-    /// step waits, it is never taken unacknowledged.
+    /// answer it keeps trying (the same append, deduplicated) until it does: the step waits, it
+    /// is never taken unacknowledged. A session whose lease is lost meanwhile is stopped by its
+    /// lease keeper, which ends the wait; a refusal (fenced) ends it at once.
     pub async fn append(&mut self, object: Vec<u8>) -> Result<u64, ClusterError> {
         let payload = bytes::Bytes::from(object);
-        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let mut next_warning = tokio::time::Instant::now() + PATIENCE;
         loop {
             match self.append_once(payload.clone()).await {
-                Err(ClusterError::JetStream { .. }) if tokio::time::Instant::now() < deadline => {
+                Err(e @ ClusterError::JetStream { .. }) => {
+                    if tokio::time::Instant::now() >= next_warning {
+                        tracing::warn!(subject = self.subject, error = %e, "JetStream has not acknowledged an append for a while; still waiting");
+                        next_warning += PATIENCE;
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 }
                 other => return other,
