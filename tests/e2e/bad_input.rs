@@ -171,9 +171,9 @@ fn an_endpoint_override_is_checked_like_a_manifest_endpoint_and_a_refusal_leaves
 /// check, instead of a wasi:http error code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_provider_is_named_with_what_went_wrong_and_what_to_check() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let endpoint = format!("http://127.0.0.1:{port}");
+    // The discard port: privileged, so no test of this suite can be listening there (a port
+    // that was merely free a moment ago can be taken by a test running beside this one).
+    let endpoint = "http://127.0.0.1:9".to_string();
     let session = anthropic_capsule(&endpoint, &[], "").launch().await.expect("launch");
     let outcome = session.submit("hello").await.expect("outcome");
     assert_eq!(outcome.exit_status, ExitStatus::Failed);

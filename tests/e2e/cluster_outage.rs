@@ -53,6 +53,21 @@ async fn wait_completed(
     }
 }
 
+/// A host running one capsule per stub, each given a task that has made its first tool call.
+async fn busy_host(nats: &NatsCluster, stubs: &[StubHandle]) -> (RunningHost, Vec<String>) {
+    let h = start_host(0, &nats.urls().join(","), stubs).await;
+    for (_, door) in h.capsules.values() {
+        submit(door).await;
+    }
+    let names: Vec<String> = h.capsules.keys().cloned().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !names.iter().all(|n| !effects(&[h.root.path()], n).is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "the tasks did not get going within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (h, names)
+}
+
 fn no_doubles(root: &std::path::Path, names: &[String]) {
     for n in names {
         let lines = effects(&[root], n);
@@ -65,16 +80,7 @@ fn no_doubles(root: &std::path::Path, names: &[String]) {
 async fn cluster_losing_one_of_three_servers_mid_task_does_not_stop_the_sessions() {
     let mut nats = NatsCluster::start(3).await;
     let stubs: Vec<StubHandle> = (0..3).map(|_| provider(false)).collect();
-    let h = start_host(0, &nats.urls().join(","), &stubs).await;
-    for (_, door) in h.capsules.values() {
-        submit(door).await;
-    }
-    let names: Vec<String> = h.capsules.keys().cloned().collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !names.iter().all(|n| !effects(&[h.root.path()], n).is_empty()) {
-        assert!(tokio::time::Instant::now() < deadline, "the tasks did not get going within 60 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (h, names) = busy_host(&nats, &stubs).await;
     nats.kill(0);
     let urls = nats.urls()[1..].to_vec();
     let js = async_nats::jetstream::new(cluster::connect(&urls).await.expect("connects"));
@@ -87,16 +93,7 @@ async fn cluster_losing_one_of_three_servers_mid_task_does_not_stop_the_sessions
 async fn cluster_sessions_outlive_every_server_going_down_for_longer_than_the_ttl() {
     let mut nats = NatsCluster::start(3).await;
     let stubs: Vec<StubHandle> = (0..2).map(|_| provider(false)).collect();
-    let h = start_host(0, &nats.urls().join(","), &stubs).await;
-    for (_, door) in h.capsules.values() {
-        submit(door).await;
-    }
-    let names: Vec<String> = h.capsules.keys().cloned().collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !names.iter().all(|n| !effects(&[h.root.path()], n).is_empty()) {
-        assert!(tokio::time::Instant::now() < deadline, "the tasks did not get going within 60 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (h, names) = busy_host(&nats, &stubs).await;
     for i in 0..3 {
         nats.kill(i);
     }

@@ -11,17 +11,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 async fn place(host: &RunningHost, body: Value) -> Value {
-    let token = std::fs::read_to_string(&host.token_file).expect("token");
-    reqwest::Client::new()
-        .post(format!("{}/capsules", host.api))
-        .bearer_auth(token.trim())
-        .json(&body)
-        .send()
-        .await
-        .expect("the host API answers")
-        .json()
-        .await
-        .expect("json")
+    api_post(host, "/capsules", &body).await.1
 }
 
 /// Wait until the registry shows every host with the given loads.
@@ -60,17 +50,7 @@ async fn cluster_a_capsule_posted_to_any_host_runs_on_the_least_loaded_one() {
     assert_eq!(placed["host"], "h1", "the least loaded, then by name: {placed}");
     assert_eq!(placed["state"], "running", "{placed}");
     let door = placed["url"].as_str().expect("a door").to_string();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": "hi"}]}}});
-    let answer: Value = reqwest::Client::new()
-        .post(&door)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the placed capsule's door answers")
-        .json()
-        .await
-        .expect("json");
+    let answer = send_and_wait(&door, "hi").await;
     assert_eq!(answer["result"]["status"]["response"], "placed and answering", "{answer}");
     let on_h1 = api_list(&h1).await;
     assert!(on_h1.iter().any(|e| e["name"] == "c9-0" && e["host"] == "h1" && e["state"] == "running"), "{on_h1:#?}");

@@ -158,16 +158,36 @@ pub async fn submit(door: &str) -> String {
 
 /// A door request for `session` through a host's API (`POST /sessions/<id>`).
 pub async fn via_api(host: &RunningHost, session: &str, request: &Value) -> (u16, Value) {
+    api_post(host, &format!("/sessions/{session}"), request).await
+}
+
+/// `POST <api><path>` with the host's API token; the status and the JSON answer.
+pub async fn api_post(host: &RunningHost, path: &str, body: &Value) -> (u16, Value) {
     let token = std::fs::read_to_string(&host.token_file).expect("token");
     let answer = reqwest::Client::new()
-        .post(format!("{}/sessions/{session}", host.api))
+        .post(format!("{}{path}", host.api))
         .bearer_auth(token.trim())
-        .json(request)
+        .json(body)
         .send()
         .await
         .expect("the host API answers");
     let status = answer.status().as_u16();
     (status, answer.json().await.expect("json"))
+}
+
+/// A task through a door's own `message/send`, waiting for its end; the JSON-RPC answer.
+pub async fn send_and_wait(door: &str, text: &str) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": text}]}}});
+    reqwest::Client::new()
+        .post(door)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the door answers")
+        .json()
+        .await
+        .expect("json")
 }
 
 pub async fn trace(js: &async_nats::jetstream::Context, session: &str) -> Vec<Value> {

@@ -67,7 +67,9 @@ impl ClusterSpend {
     {
         let k = key(day);
         loop {
-            let current = self.read(day).await?;
+            // A read changes nothing, so it is tried again while JetStream does not answer; a
+            // write is not (it may have been stored with its answer lost).
+            let current = super::log::patiently(|| self.read(day)).await?;
             let Some(next) = change(current.map(|(t, _)| t).unwrap_or_default()) else { return Ok(None) };
             let value: bytes::Bytes = serde_json::to_vec(&next).unwrap_or_default().into();
             let written = match current {
