@@ -259,15 +259,15 @@ mod tests {
     use super::*;
     use ractor::Actor;
 
+    /// An emitter of a local session with no frames file, ids from 1.
+    async fn local_emitter() -> ActorRef<EmitterMsg> {
+        let args = EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None };
+        Actor::spawn(None, Emitter, args).await.expect("emitter").0
+    }
+
     #[tokio::test]
     async fn a_subscriber_that_does_not_read_loses_frames_and_is_told_how_many() {
-        let (e, _) = Actor::spawn(
-            None,
-            Emitter,
-            EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None },
-        )
-        .await
-        .expect("emitter");
+        let e = local_emitter().await;
         let mut slow =
             e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
         for i in 0..1000 {
@@ -294,13 +294,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_last_event_id_at_the_top_of_the_range_gets_no_spurious_gap() {
-        let (e, _) = Actor::spawn(
-            None,
-            Emitter,
-            EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: None, cluster: None },
-        )
-        .await
-        .expect("emitter");
+        let e = local_emitter().await;
         for i in 0..3 {
             let _ = e.cast(EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false }));
         }

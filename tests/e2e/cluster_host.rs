@@ -6,7 +6,7 @@ use crate::common::*;
 use crate::nats::NatsCluster;
 use capsule_actors::cluster::{self, Record, StreamLog};
 use capsule_stub::Turn;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -68,17 +68,7 @@ async fn a_host_that_joined_the_cluster_leases_and_journals_its_sessions_there()
         .expect("a ready line");
     let ready: Value = serde_json::from_str(&line).expect("ready is JSON");
     let door = ready["capsules"][0]["url"].as_str().expect("door url").to_string();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": "hi"}]}}});
-    let answer: Value = reqwest::Client::new()
-        .post(&door)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("door answers")
-        .json()
-        .await
-        .expect("json");
+    let answer = crate::cluster_support::send_and_wait(&door, "hi").await;
     assert_eq!(answer["result"]["status"]["response"], "hello from the cluster", "{answer}");
     // The session's lease is held by h1, and its conversation is on the cluster.
     let client = cluster::connect(&c.urls()).await.expect("connects");
