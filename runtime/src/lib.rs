@@ -29,6 +29,7 @@ mod limiter;
 mod load;
 mod policy;
 mod state;
+mod upstream;
 
 pub use beneath::{Beneath, BeneathError, FileMode};
 pub use budget::DiskMeter;

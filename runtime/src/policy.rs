@@ -360,7 +360,7 @@ impl WasiHttpHooks for Hooks {
         Box::new(async move {
             let request = decided?;
             let authority = request.uri().authority().map(ToString::to_string).unwrap_or_default();
-            let (res, io) = match wasmtime_wasi_http::default_send_request(request, options).await {
+            let res = match crate::upstream::send(request, options).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     *unreachable.lock().unwrap_or_else(|p| p.into_inner()) = Some((authority, transport_words(&e)));
@@ -376,7 +376,8 @@ impl WasiHttpHooks for Hooks {
             *last.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(UpstreamStatus { status: res.status().as_u16(), retry_after });
             let res = res.map(|b| LimitedBody { inner: b, left: limit.bytes, limit }.boxed_unsync());
-            Ok((res, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
+            // The pool drives the connection; nothing is left for the caller to run.
+            Ok((res, Box::new(async { Ok(()) }) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
     }
 }

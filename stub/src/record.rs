@@ -53,6 +53,10 @@ pub struct RecordedRequest {
     /// script when the script was exhausted). For any other request, the number of model requests
     /// received before it, which is the turn the next model request will get.
     pub turn: usize,
+    /// The client's source port: requests with the same port came over one connection (0 when
+    /// unknown).
+    #[serde(default)]
+    pub client_port: u16,
     /// The wire format for a model request (a `POST` to a provider path); `None` for anything
     /// else (unknown paths, other methods), which consumes no turn.
     pub provider: Option<Provider>,

@@ -89,7 +89,7 @@ impl Stub {
             Router::new().route("/_stub/requests", get(list_requests)).fallback(answer).with_state(Arc::clone(&shared));
         let (stop, mut stopped) = watch::channel(false);
         let task = runtime.spawn(async move {
-            axum::serve(listener, app)
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
                 .with_graceful_shutdown(async move {
                     // A dropped sender also means stop.
                     let _ = stopped.wait_for(|stop| *stop).await;
@@ -157,6 +157,8 @@ fn route(path: &str) -> Option<Provider> {
 async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let arrived = Instant::now();
     let received_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_nanos());
+    let client_port =
+        request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map_or(0, |info| info.0.port());
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
@@ -187,6 +189,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             stub_elapsed_ns: 0,
             event_sent_unix_ns: Vec::new(),
             turn: 0,
+            client_port,
             provider,
         },
         arrived,

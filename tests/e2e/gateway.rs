@@ -153,3 +153,36 @@ async fn a_provider_response_past_its_cap_is_cut_and_the_task_fails_with_the_lim
     assert!(outcome.message.contains("E-RUN-033") && outcome.message.contains("response_bytes"), "{}", outcome.message);
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_across_calls_and_sessions_each_call_with_its_own_key() {
+    let stub = stub((0..6).map(|i| Turn::text(format!("reply {i}"))).collect());
+    let capsule = |var: &str| {
+        Capsule::new(&format!(
+            "name: pooled\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{{var}}}'}}}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+            stub.url()
+        ))
+    };
+    let (a, b) = (capsule("KEY_A"), capsule("KEY_B"));
+    let a = a.launch_with_env(&[("KEY_A", "sk-session-a")]).await.expect("launch a");
+    let b = b.launch_with_env(&[("KEY_B", "sk-session-b")]).await.expect("launch b");
+    let mut keys = Vec::new();
+    for (session, key) in [(&a, "sk-session-a"), (&b, "sk-session-b")] {
+        for task in 0..3 {
+            let (outcome, _) = run_task(session, &format!("task {task}")).await;
+            assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+            keys.push(key);
+        }
+    }
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 6);
+    for (req, key) in requests.iter().zip(&keys) {
+        let sent = req.headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.as_str());
+        assert_eq!(sent, Some(*key), "every call carries its own session's key, pooled connection or not");
+        assert_ne!(req.client_port, 0, "the stub saw the client's port");
+    }
+    let ports: std::collections::BTreeSet<u16> = requests.iter().map(|r| r.client_port).collect();
+    assert!(ports.len() < requests.len(), "calls made one after another reuse a connection: {ports:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+}

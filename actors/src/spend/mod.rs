@@ -29,6 +29,7 @@
 #[cfg(test)]
 mod tests;
 
+pub mod cl100k;
 pub mod machine;
 pub mod tokens;
 

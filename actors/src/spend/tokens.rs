@@ -36,7 +36,7 @@ pub const TOLERANCE_TOKENS: u64 = 4;
 
 /// The cl100k count of `text` (no special tokens: a payload is data).
 pub fn count(text: &str) -> u64 {
-    bpe_openai::cl100k_base().count(text) as u64
+    super::cl100k::count(text)
 }
 
 /// The cl100k count of a value's JSON form (0 if it cannot be serialized).
@@ -48,9 +48,9 @@ fn json_len_and_count<T: Serialize + ?Sized>(value: &T) -> (u64, u64) {
     serde_json::to_string(value).map(|s| (s.len() as u64, count(&s))).unwrap_or((0, 0))
 }
 
-/// Build the encoder now (tens of ms in a debug build) rather than in the first driver call.
+/// Build the split pattern now rather than in the first driver call.
 pub fn warm_up() {
-    let _ = count("warm up");
+    super::cl100k::warm_up();
 }
 
 /// The request without its messages, serialized in the same field order as [`DriverRequest`]
