@@ -159,6 +159,9 @@ fn main() {
         "# capsule-runtime benchmarks ({} cores)",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    startup(&rt);
+    // `--turns`: only the per-turn table (for profiling it alone).
+    if !std::env::args().any(|a| a == "--turns") {
+        startup(&rt);
+    }
     per_turn(&rt);
 }
