@@ -88,6 +88,9 @@ pub async fn serve(
                 }
             },
         };
+        // Frames are written as they happen: a small write must not wait for the client's
+        // delayed ACK of the one before (Nagle), up to 40 ms on a kept-alive connection.
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             let n = stats.refused.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_power_of_two() {

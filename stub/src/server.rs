@@ -89,6 +89,11 @@ impl Stub {
             Router::new().route("/_stub/requests", get(list_requests)).fallback(answer).with_state(Arc::clone(&shared));
         let (stop, mut stopped) = watch::channel(false);
         let task = runtime.spawn(async move {
+            // As a provider's server does: each SSE event leaves at once, and on a kept-alive
+            // connection no write waits for the client's delayed ACK (Nagle: up to 40 ms).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
                 .with_graceful_shutdown(async move {
                     // A dropped sender also means stop.

@@ -17,11 +17,12 @@
 //! recorded beside the estimate), or notice that a message already counted was edited in place
 //! (the stored history is append-only; call [`TokenCounter::truncate`] when it is cut).
 //!
-//! Encoder: `bpe-openai` 0.3, chosen over `tiktoken-rs` 0.12 by `cargo bench -p capsule-actors
-//! --bench tokens` (release, 2 cores): 37 MB/s against 12.5 on a 177 KB payload, 43 µs against
-//! 142 µs for one turn's 1.7 KB, 27 ms against 83 ms to build; the counts are equal. It is built
-//! once per process on first use (a `LazyLock` inside the crate); [`warm_up`] does that at
-//! launch instead of in the first call.
+//! Encoder: our own compact cl100k counter ([`super::cl100k`]): the same counts as tiktoken
+//! (checked against `tiktoken-rs` and `bpe-openai` in its tests), from tables embedded in the
+//! binary (about 2 MiB) instead of `bpe-openai`'s in-memory encoder (about 32 MiB resident, the
+//! largest single cost of a capsule process). Figures: `cargo bench -p capsule-actors --bench
+//! tokens`. Only its split pattern is built at run time, once per process; [`warm_up`] does that
+//! at launch instead of in the first call.
 
 use capsule_protocol::neutral::{DriverRequest, Message, ToolSpec};
 use serde::Serialize;
