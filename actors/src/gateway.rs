@@ -28,7 +28,7 @@ pub enum GatewayMsg {
         /// Task the frames belong to.
         task_id: String,
         /// The neutral request.
-        request: Box<DriverRequest>,
+        request: Arc<DriverRequest>,
         /// The choice's `MURMUR_INFERENCE_DRIVER_CONFIG`, for this call.
         config: Option<String>,
         /// Whether the call's progress reaches the event stream: an agent-loop call's does; an
@@ -96,7 +96,7 @@ impl Actor for Gateway {
         match msg {
             GatewayMsg::Infer { task_id, request, config, frames, traceparent, reply } => {
                 let call = Call { task_id, config, frames, traceparent };
-                let r = infer(state, call, *request).await;
+                let r = infer(state, call, &request).await;
                 let _ = reply.send(r);
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
@@ -113,7 +113,7 @@ struct Call {
     traceparent: Option<String>,
 }
 
-async fn infer(state: &GatewayArgs, call: Call, request: DriverRequest) -> InferReply {
+async fn infer(state: &GatewayArgs, call: Call, request: &DriverRequest) -> InferReply {
     let Call { task_id, config, frames, traceparent } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
@@ -148,7 +148,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: DriverRequest) -> Infer
     let coalescer = frames.then(|| Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok()).flatten();
     let emitter = frames.then(|| Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok()).flatten();
     let sink = DriverSink { task_id, emitter, coalescer: coalescer.clone() };
-    let input = match serde_json::to_string(&request) {
+    let input = match serde_json::to_string(request) {
         Ok(s) => s,
         Err(source) => {
             return InferReply {

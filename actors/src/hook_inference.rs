@@ -65,7 +65,7 @@ impl HookInference {
             artifact: p.driver.clone(),
             config: p.config.clone(),
             task_id: String::new(),
-            request,
+            request: std::sync::Arc::new(request),
             estimate,
             max_output: u64::from(p.max_tokens),
             timeout: self.timeout,

@@ -88,8 +88,8 @@ pub(crate) struct PlannedCall {
     pub config: Option<String>,
     /// The task it serves.
     pub task_id: String,
-    /// The request.
-    pub request: DriverRequest,
+    /// The request (shared by the attempts of a retried call, never copied).
+    pub request: std::sync::Arc<DriverRequest>,
     /// The cl100k estimate of the request.
     pub estimate: u64,
     /// The call's output cap.
@@ -147,7 +147,7 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
     };
     let infer = |reply| GatewayMsg::Infer {
         task_id,
-        request: Box::new(request),
+        request,
         config: config.clone(),
         frames,
         traceparent: traceparent.clone(),

@@ -249,7 +249,7 @@ impl LoopState {
                 artifact,
                 config,
                 task_id,
-                request,
+                request: std::sync::Arc::new(request),
                 estimate,
                 max_output,
                 timeout,

@@ -1,8 +1,8 @@
 //! One HTTP POST through `wasi:http/outgoing-handler` (the `wasip2` crate).
 //!
-//! [`post`] sends a request body (written through the outgoing-body stream
-//! in pieces of at most 4096 bytes, the most one `blocking-write-and-flush`
-//! may take) and waits for the response head; [`Body::read`] then hands the
+//! [`post`] sends a request body (with its `content-length`, written through
+//! the outgoing-body stream in as few writes as the host's budget allows) and
+//! waits for the response head; [`Body::read`] then hands the
 //! response body over piece by piece as it arrives, so the caller can parse
 //! while the provider is still sending, and [`Body::read_to_end`] reads what
 //! is left up to a cap, for callers that want the whole answer.
@@ -26,8 +26,6 @@ use wasip2::io::streams::{InputStream, StreamError};
 
 use crate::target::Target;
 
-/// The most bytes one `blocking-write-and-flush` call may carry.
-const WRITE_CHUNK: usize = 4096;
 /// How many bytes to ask for per body read, unless [`Body::set_read_chunk`]
 /// says otherwise.
 const READ_CHUNK: u64 = 16 * 1024;
@@ -95,7 +93,12 @@ pub fn describe(code: &ErrorCode) -> String {
 
 /// POST `body` to `target` with `headers`; returns once the response head is in.
 pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Response, String> {
-    let list: Vec<(String, Vec<u8>)> = headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
+    let mut list: Vec<(String, Vec<u8>)> =
+        headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
+    // The length is known: the body goes out as one sized message, not in chunked framing.
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
+        list.push(("content-length".to_string(), body.len().to_string().into_bytes()));
+    }
     let fields = Fields::from_list(&list).map_err(|e| format!("invalid request header: {e:?}"))?;
     let request = OutgoingRequest::new(fields);
     let scheme = if target.https { Scheme::Https } else { Scheme::Http };
@@ -154,19 +157,28 @@ pub fn post(target: &Target, headers: &[(&str, &str)], body: &[u8]) -> Result<Re
     })
 }
 
-/// Write `body` through the outgoing stream, ≤ 4096 bytes per call.
+/// Write `body` through the outgoing stream: as much per `write` as the host permits (its
+/// `check-write` budget, usually the whole body), waiting only when it permits nothing, then
+/// one flush. One piece per host round trip would cost a round trip per 4 KiB.
 fn write_all(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
     let stream = outgoing.write().map_err(|()| "the request body stream was already taken".to_string())?;
-    for chunk in body.chunks(WRITE_CHUNK) {
-        if let Err(e) = stream.blocking_write_and_flush(chunk) {
-            return Err(match e {
-                StreamError::Closed => "the connection closed".to_string(),
-                StreamError::LastOperationFailed(e) => match wasip2::http::types::http_error_code(&e) {
-                    Some(code) => describe(&code),
-                    None => e.to_debug_string(),
-                },
-            });
+    let words = |e: StreamError| match e {
+        StreamError::Closed => "the connection closed".to_string(),
+        StreamError::LastOperationFailed(e) => match wasip2::http::types::http_error_code(&e) {
+            Some(code) => describe(&code),
+            None => e.to_debug_string(),
+        },
+    };
+    let mut rest = body;
+    while !rest.is_empty() {
+        let permitted = stream.check_write().map_err(words)?;
+        if permitted == 0 {
+            stream.subscribe().block();
+            continue;
         }
+        let n = rest.len().min(usize::try_from(permitted).unwrap_or(usize::MAX));
+        stream.write(&rest[..n]).map_err(words)?;
+        rest = &rest[n..];
     }
-    Ok(())
+    stream.blocking_flush().map_err(words)
 }
