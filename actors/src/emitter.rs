@@ -134,7 +134,9 @@ impl Actor for Emitter {
         args: EmitterArgs,
     ) -> Result<EmitterState, ActorProcessingErr> {
         let next_id = args.next_id;
-        let mut ring = VecDeque::with_capacity(REPLAY_RING);
+        // Grown as frames come (up to REPLAY_RING), not reserved up front: an idle capsule holds
+        // no room for 512 frames it has not sent.
+        let mut ring = VecDeque::new();
         let (mut frames, mut stored) = (None, None);
         let mut refill = |list: Vec<NumberedFrame>| {
             for f in list {

@@ -49,6 +49,11 @@ pub(crate) fn config(pooling: bool) -> Config {
     c.wasm_component_model(true);
     c.epoch_interruption(true);
     c.parallel_compilation(true);
+    // `CAPSULE_PERF_MAP=1`: write /tmp/perf-<pid>.map so `perf report` names guest functions
+    // (for profiling; off by default).
+    if std::env::var_os("CAPSULE_PERF_MAP").is_some_and(|v| v == "1") {
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(POOL_INSTANCES)
