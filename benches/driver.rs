@@ -8,8 +8,11 @@
 //! - **Call overhead excluding the provider**, for a 10-message neutral request: the runtime's own
 //!   timings (`CallOutcome.instantiate_time + call_time`) with the provider subtracted. The stub
 //!   answers a tiny precomputed body; after each driver call a plain client (a fresh TCP
-//!   connection + a hand-written HTTP/1.1 request in one write, as wasi-http also opens a fresh
-//!   connection per request) posts the same provider body to the same stub for the same answer.
+//!   connection + a hand-written HTTP/1.1 request in one write) posts the same provider body to
+//!   the same stub for the same answer. Since #16 the driver's requests go over a pooled,
+//!   kept-alive connection, so every subtraction (the round trip in A, the plain exchange in B
+//!   and C) includes a connection set-up the driver no longer pays: all three now understate
+//!   the driver's overhead by about one loopback connect.
 //!   Three subtractions are printed: A = that request's `stub_elapsed_ns` + the median loopback
 //!   round trip (plain exchange − the stub's time for it); B = the median plain exchange (the
 //!   stub's time when the body arrives in one write + the round trip); C = as B but from the
