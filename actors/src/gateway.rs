@@ -6,13 +6,14 @@
 //! [`InferenceError`] value in the reply; progress frames of a call are flushed to the emitter
 //! before the reply is sent, so they precede the call's `artifact` frames.
 
-use capsule_protocol::neutral::{DriverRequest, DriverResponse, StopReason};
+use capsule_protocol::neutral::{DriverResponse, StopReason};
 use capsule_runtime::{Grants, Host, LoadedArtifact, ToolInput, ToolStatus};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coalescer::CoalescerMsg;
+use crate::wire::WireRequest;
 use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
@@ -28,7 +29,7 @@ pub enum GatewayMsg {
         /// Task the frames belong to.
         task_id: String,
         /// The neutral request.
-        request: Arc<DriverRequest>,
+        request: Arc<WireRequest>,
         /// The choice's `MURMUR_INFERENCE_DRIVER_CONFIG`, for this call.
         config: Option<String>,
         /// Whether the call's progress reaches the event stream: an agent-loop call's does; an
@@ -56,6 +57,19 @@ pub struct InferReply {
     pub continuation_id: Option<String>,
     /// The provider's last HTTP status (and `retry-after`), for deciding on a retry.
     pub upstream: Option<capsule_runtime::UpstreamStatus>,
+}
+
+impl InferReply {
+    /// A call that failed before any driver ran.
+    pub fn failed(e: InferenceError) -> Self {
+        InferReply {
+            result: Err(e),
+            instantiate_time: Duration::ZERO,
+            call_time: Duration::ZERO,
+            continuation_id: None,
+            upstream: None,
+        }
+    }
 }
 
 /// What a gateway is started with (and restarted with).
@@ -113,7 +127,7 @@ struct Call {
     traceparent: Option<String>,
 }
 
-async fn infer(state: &GatewayArgs, call: Call, request: &DriverRequest) -> InferReply {
+async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferReply {
     let Call { task_id, config, frames, traceparent } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
@@ -148,18 +162,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &DriverRequest) -> Infe
     let coalescer = frames.then(|| Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok()).flatten();
     let emitter = frames.then(|| Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok()).flatten();
     let sink = DriverSink { task_id, emitter, coalescer: coalescer.clone() };
-    let input = match serde_json::to_string(request) {
-        Ok(s) => s,
-        Err(source) => {
-            return InferReply {
-                result: Err(InferenceError::Protocol { artifact, source }),
-                instantiate_time: Duration::ZERO,
-                call_time: started.elapsed(),
-                continuation_id: None,
-                upstream: None,
-            };
-        }
-    };
+    let input = request.json.clone();
     let outcome = state
         .artifact
         .call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None })

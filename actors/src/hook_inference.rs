@@ -58,6 +58,10 @@ impl HookInference {
             prompt_cache_key: format!("hook:{}", self.hook),
         };
         let estimate = crate::spend::tokens::TokenCounter::new().estimate(&request);
+        let request = match crate::wire::WireRequest::of(&request) {
+            Ok(r) => r,
+            Err(e) => return Err(format!("the hook's inference request cannot be serialized: {e}")),
+        };
         let journal = Peer::of(&self.session_id, role::JOURNAL);
         let planned = PlannedCall {
             spend: Peer::of(&self.session_id, role::SPEND),

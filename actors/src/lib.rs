@@ -32,6 +32,7 @@ mod session_start;
 mod sink;
 mod supervisor;
 mod tools;
+pub mod wire;
 
 // Parts a caller uses as modules of their own.
 pub mod a2a;

@@ -2,7 +2,7 @@
 //! choice in use, admission before the call, settlement after; and the tool calls a reply
 //! asks for.
 
-use capsule_protocol::neutral::{Block, DriverRequest, Message, ProducedBy};
+use capsule_protocol::neutral::{Block, Message, ProducedBy};
 use std::time::Duration;
 
 use crate::error::InferenceError;
@@ -89,7 +89,7 @@ pub(crate) struct PlannedCall {
     /// The task it serves.
     pub task_id: String,
     /// The request (shared by the attempts of a retried call, never copied).
-    pub request: std::sync::Arc<DriverRequest>,
+    pub request: std::sync::Arc<crate::wire::WireRequest>,
     /// The cl100k estimate of the request.
     pub estimate: u64,
     /// The call's output cap.
@@ -120,13 +120,7 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
     let frames = *frames;
     let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
     let (task_id, request) = (task_id.clone(), request.clone());
-    let fail = |e: InferenceError| InferReply {
-        result: Err(e),
-        instantiate_time: Duration::ZERO,
-        call_time: Duration::ZERO,
-        continuation_id: None,
-        upstream: None,
-    };
+    let fail = InferReply::failed;
     // A meter that cannot be asked refuses the call: admission never fails open.
     let unavailable = |e: PeerError| {
         tracing::error!(error = %e, "the spend meter did not answer; the call is refused");

@@ -35,7 +35,7 @@ pub struct CompactionConfig {
 impl LoopState {
     /// Tokens of the whole history now.
     pub(crate) fn occupancy(&self) -> u64 {
-        self.counter.messages_since(0)
+        self.conversation.tokens_since(0)
     }
 
     /// Compact when the history fills `choice_window` past the threshold; `Err` (a message
@@ -97,11 +97,8 @@ impl LoopState {
             self.trace(TraceKind::CompactionDeclined, declined(reason, detail));
             return Ok(());
         }
-        let mut counter = crate::spend::tokens::TokenCounter::new();
-        for m in &candidate {
-            counter.push(m);
-        }
-        let after = counter.messages_since(0);
+        let candidate = super::context::Context::new(candidate);
+        let after = candidate.tokens_since(0);
         let mut fields = base.clone();
         fields["hook"] = json!(hook);
         fields["tokens_after"] = json!(after);
@@ -110,14 +107,13 @@ impl LoopState {
         let event =
             capsule_protocol::trace::TraceEvent::new(TraceKind::Compaction, self.sid(), crate::now_ms(), fields);
         let replace =
-            |reply| crate::journal::JournalMsg::Replace { events: vec![event], messages: candidate.clone(), reply };
+            |reply| crate::journal::JournalMsg::Replace { events: vec![event], messages: candidate.to_vec(), reply };
         match self.peer(crate::names::role::JOURNAL).ask(replace, crate::peer::wait::JOURNAL).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e.to_string()),
             Err(e) => return Err(e.to_string()),
         }
         self.conversation = candidate;
-        self.counter = counter;
         self.continuation = None;
         self.span(
             "capsule.compaction",

@@ -15,6 +15,7 @@
 mod ask;
 pub(crate) mod call;
 mod compaction;
+mod context;
 mod hooks;
 mod intake;
 mod resume;
@@ -31,7 +32,7 @@ pub use resume::{INTERRUPTED, ResumeSeed, read_conversation};
 use crate::control::{ControlError, Principal, SettingChange};
 use capsule_protocol::frame::TaskState;
 use capsule_protocol::manifest::TaskAcceptance;
-use capsule_protocol::neutral::{Message, ToolSpec};
+use capsule_protocol::neutral::ToolSpec;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 
@@ -290,18 +291,16 @@ pub struct Queued {
     pub(crate) traceparent: Option<String>,
 }
 
-/// The loop's state: the conversation, the running task and the queue, task records, the held
-/// continuation and the token counter.
+/// The loop's state: the context (the conversation with its JSON and token counts), the running
+/// task and the queue, task records and the held continuation.
 pub struct LoopState {
     pub(crate) config: LoopConfig,
-    pub(crate) conversation: Vec<Message>,
+    pub(crate) conversation: context::Context,
     pub(crate) running: Option<Running>,
     pub(crate) attempts: u64,
     pub(crate) queue: std::collections::VecDeque<Queued>,
     /// The continuation id a driver handed back, and how many messages it acknowledges.
     pub(crate) continuation: Option<HeldContinuation>,
-    /// Counts each message once, as it enters the context.
-    pub(crate) counter: crate::spend::tokens::TokenCounter,
     /// The (choice, cap) of the last call, to trace `control_applied` when a change takes effect.
     pub(crate) last_applied: Option<(usize, u32)>,
     pub(crate) tasks: std::collections::HashMap<String, TaskRecord>,
@@ -332,13 +331,12 @@ impl Actor for AgentLoop {
         };
         let mut state = LoopState {
             config,
-            conversation: Vec::new(),
+            conversation: Default::default(),
             running: None,
             attempts: 0,
             queue: Default::default(),
             tasks: Default::default(),
             continuation: None,
-            counter: crate::spend::tokens::TokenCounter::new(),
             last_applied: None,
             asked: 0,
             totals: Default::default(),

@@ -63,10 +63,7 @@ pub(crate) fn context_of(entries: Vec<Vec<u8>>) -> Vec<Message> {
 impl LoopState {
     /// Rebuild the context from the conversation record (a restarted or resumed loop).
     pub(crate) fn restore(&mut self, conversation: Vec<Message>) {
-        for m in &conversation {
-            self.counter.push(m);
-        }
-        self.conversation = conversation;
+        self.conversation = super::context::Context::new(conversation);
     }
 
     /// Continue the interrupted task, if any, then the tasks that were queued behind it;

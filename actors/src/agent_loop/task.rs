@@ -80,7 +80,6 @@ impl LoopState {
         events: Vec<(TraceKind, serde_json::Value)>,
     ) -> Result<(), JournalError> {
         self.journal(vec![m.clone()], events).await?;
-        self.counter.push(&m);
         self.conversation.push(m);
         Ok(())
     }
@@ -211,17 +210,18 @@ impl LoopState {
             _ => (0, None),
         };
         let producer = ProducedBy { driver: choice.driver.clone(), model: choice.model.clone() };
-        let messages = self.conversation[from..].iter().map(|m| super::call::wire_view(m, &producer)).collect();
-        let request = DriverRequest {
+        // The request's fields; its messages are spliced in from the context's cached JSON.
+        let fields = DriverRequest {
             model: choice.model.clone(),
             max_tokens,
             system: c.system.clone(),
-            messages,
+            messages: Vec::new(),
             tools: c.tools.clone(),
             params: Default::default(),
             continuation_id,
             prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
         };
+        let wire = self.conversation.wire_request(&fields, from, &producer);
         if let Some(r) = self.running.as_mut() {
             r.choice = active;
         }
@@ -235,13 +235,22 @@ impl LoopState {
             journal: self.peer(role::JOURNAL),
             session: self.sid().to_string(),
         };
-        let max_output = u64::from(request.max_tokens);
+        let max_output = u64::from(fields.max_tokens);
         let traceparent = self.task_traceparent();
-        let estimate = self.counter.estimate(&request);
+        let estimate = self.conversation.estimate(&fields, from);
         if let Some(r) = self.running.as_mut() {
             r.estimate = estimate;
         }
         let myself = myself.clone();
+        let request = match wire {
+            Ok(wire) => std::sync::Arc::new(wire),
+            Err(source) => {
+                // Not reachable with our own types; reported as the gateway reported it.
+                let reply = InferReply::failed(InferenceError::Protocol { artifact, source });
+                let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
+                return;
+            }
+        };
         tokio::spawn(async move {
             let planned = super::call::PlannedCall {
                 spend,
@@ -249,7 +258,7 @@ impl LoopState {
                 artifact,
                 config,
                 task_id,
-                request: std::sync::Arc::new(request),
+                request,
                 estimate,
                 max_output,
                 timeout,

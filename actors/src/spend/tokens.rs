@@ -24,7 +24,7 @@
 //! tokens`. Only its split pattern is built at run time, once per process; [`warm_up`] does that
 //! at launch instead of in the first call.
 
-use capsule_protocol::neutral::{DriverRequest, Message, ToolSpec};
+use capsule_protocol::neutral::{DriverRequest, Message};
 use serde::Serialize;
 
 /// Tokens added per message for the seam (`,` between messages) that per-message counting
@@ -54,21 +54,6 @@ pub fn warm_up() {
     super::cl100k::warm_up();
 }
 
-/// The request without its messages, serialized in the same field order as [`DriverRequest`]
-/// (`messages` is `[]`), so that its count plus the messages' counts approximates the whole.
-#[derive(Serialize)]
-struct Envelope<'a> {
-    model: &'a str,
-    max_tokens: u32,
-    system: &'a str,
-    messages: [(); 0],
-    tools: &'a [ToolSpec],
-    params: &'a serde_json::Map<String, serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    continuation_id: Option<&'a str>,
-    prompt_cache_key: &'a str,
-}
-
 /// Incremental cl100k counting of a growing conversation (see the module docs).
 #[derive(Debug, Default, Clone)]
 pub struct TokenCounter {
@@ -93,6 +78,15 @@ impl TokenCounter {
     /// Count a message entering the context; returns its tokens (seam included).
     pub fn push(&mut self, message: &Message) -> u64 {
         let (bytes, tokens) = json_len_and_count(message);
+        self.push_counted(bytes, tokens)
+    }
+
+    /// As [`TokenCounter::push`], for a message already serialized (its JSON form).
+    pub fn push_json(&mut self, json: &str) -> u64 {
+        self.push_counted(json.len() as u64, count(json))
+    }
+
+    fn push_counted(&mut self, bytes: u64, tokens: u64) -> u64 {
         let tokens = tokens + SEAM_TOKENS;
         self.counted_bytes += bytes;
         let last = self.prefix.last().copied().unwrap_or(0);
@@ -143,16 +137,29 @@ impl TokenCounter {
     /// history, or its tail after a continuation id). Messages beyond what was counted are
     /// counted now, uncached, so the estimate is never short.
     pub fn estimate(&mut self, request: &DriverRequest) -> u64 {
-        let env = Envelope {
-            model: &request.model,
-            max_tokens: request.max_tokens,
-            system: &request.system,
-            messages: [],
-            tools: &request.tools,
-            params: &request.params,
-            continuation_id: request.continuation_id.as_deref(),
-            prompt_cache_key: &request.prompt_cache_key,
-        };
+        let sent = request.messages.len();
+        let counted = self.len();
+        if sent <= counted {
+            return self.estimate_envelope(request, sent);
+        }
+        let uncounted = &request.messages[..sent - counted];
+        let fresh: u64 = uncounted
+            .iter()
+            .map(|m| {
+                let (bytes, tokens) = json_len_and_count(m);
+                self.counted_bytes += bytes;
+                tokens + SEAM_TOKENS
+            })
+            .sum();
+        fresh + self.estimate_envelope(request, counted)
+    }
+
+    /// The estimate for `request`'s fixed part (its `messages` are not looked at) sending the
+    /// last `sent` counted messages (at most all of them).
+    pub fn estimate_envelope(&mut self, request: &DriverRequest, sent: usize) -> u64 {
+        // The request without its messages (`"messages":[]`), so that its count plus the
+        // messages' counts approximates the whole.
+        let env = crate::wire::RequestFields::of(request, [(); 0]);
         self.scratch.clear();
         if serde_json::to_writer(&mut self.scratch, &env).is_ok() && self.scratch != self.envelope {
             self.envelope_tokens = count(&String::from_utf8_lossy(&self.scratch));
@@ -160,30 +167,15 @@ impl TokenCounter {
             std::mem::swap(&mut self.scratch, &mut self.envelope);
             self.envelope_counts += 1;
         }
-        let sent = request.messages.len();
         let counted = self.len();
-        let messages = if sent <= counted {
-            self.messages_since(counted - sent)
-        } else {
-            let uncounted = &request.messages[..sent - counted];
-            let fresh: u64 = uncounted
-                .iter()
-                .map(|m| {
-                    let (bytes, tokens) = json_len_and_count(m);
-                    self.counted_bytes += bytes;
-                    tokens + SEAM_TOKENS
-                })
-                .sum();
-            fresh + self.messages_since(0)
-        };
-        self.envelope_tokens + messages
+        self.envelope_tokens + self.messages_since(counted - sent.min(counted))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capsule_protocol::neutral::{Block, Role};
+    use capsule_protocol::neutral::{Block, Role, ToolSpec};
     use serde_json::json;
 
     struct Rng(u64);
