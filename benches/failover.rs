@@ -15,7 +15,12 @@ mod nats;
 #[allow(dead_code, reason = "the bench uses part of the test support")]
 mod cluster_support;
 
+#[path = "../tests/e2e/http_support.rs"]
+mod http_support;
+
 mod common {
+    pub use crate::http_support::post_json_body;
+
     pub fn repo() -> std::path::PathBuf {
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
     }

@@ -8,15 +8,7 @@ use capsule_stub::Turn;
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{url}/a2a"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("answer");
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("a JSON-RPC answer"))
+    post_json_body(&format!("{url}/a2a"), body).await
 }
 
 fn call(method: &str, params: Value) -> String {

@@ -143,16 +143,7 @@ pub async fn submit(door: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
         "message": {"kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "do every step"}]},
         "configuration": {"blocking": false}}});
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{}/a2a", door.trim_end_matches('/')))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("door answers")
-        .json()
-        .await
-        .expect("json");
+    let (_, answer) = post_json_body(&format!("{}/a2a", door.trim_end_matches('/')), body.to_string()).await;
     answer["result"]["id"].as_str().unwrap_or_else(|| panic!("accepted: {answer}")).to_string()
 }
 
@@ -178,16 +169,7 @@ pub async fn api_post(host: &RunningHost, path: &str, body: &Value) -> (u16, Val
 /// A task through a door's own `message/send`, waiting for its end; the JSON-RPC answer.
 pub async fn send_and_wait(door: &str, text: &str) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"messageId": "m1", "role": "user", "parts": [{"text": text}]}}});
-    reqwest::Client::new()
-        .post(door)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the door answers")
-        .json()
-        .await
-        .expect("json")
+    post_json_body(door, body.to_string()).await.1
 }
 
 pub async fn trace(js: &async_nats::jetstream::Context, session: &str) -> Vec<Value> {

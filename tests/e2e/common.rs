@@ -150,3 +150,6 @@ where
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+#[allow(unused_imports, reason = "not every suite that includes this file posts")]
+pub use crate::http_support::post_json_body;

@@ -38,14 +38,7 @@ fn send_body(text: &str) -> Value {
 }
 
 async fn send(url: &str, text: &str) -> Value {
-    let r = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(send_body(text).to_string())
-        .send()
-        .await
-        .expect("door answers");
-    r.json().await.expect("json")
+    post_json_body(url, send_body(text).to_string()).await.1
 }
 
 /// The trace lines of every session folder under `workdir`.

@@ -26,6 +26,7 @@ mod door;
 mod gateway;
 mod hooks;
 mod host;
+mod http_support;
 mod inspect;
 mod journal_fuzz;
 mod loop_rules;

@@ -6,6 +6,9 @@
 
 #[path = "../e2e/common.rs"]
 mod common;
+#[path = "../e2e/http_support.rs"]
+#[allow(dead_code, reason = "the suite uses part of the shared test support")]
+mod http_support;
 mod probes;
 mod session_probes;
 

@@ -54,15 +54,7 @@ impl Hosts {
     /// Every live host, least loaded first (then by name). An entry in another format is
     /// skipped.
     pub async fn live(&self) -> Result<Vec<HostEntry>, ClusterError> {
-        use futures::TryStreamExt;
-        let keys: Vec<String> = self
-            .kv
-            .keys()
-            .await
-            .map_err(|e| ClusterError::js("list the hosts", e))?
-            .try_collect()
-            .await
-            .map_err(|e| ClusterError::js("list the hosts", e))?;
+        let keys = super::kv_read::keys(&self.kv, "list the hosts").await?;
         let mut out = Vec::new();
         for key in keys {
             let value = self.kv.get(&key).await.map_err(|e| ClusterError::js(format!("read host {key}"), e))?;

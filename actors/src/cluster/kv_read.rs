@@ -27,6 +27,13 @@ pub(crate) async fn latest(
     }
 }
 
+/// Every key of `kv`; `what` names the listing in an error (e.g. "list the hosts").
+pub(crate) async fn keys(kv: &jetstream::kv::Store, what: &str) -> Result<Vec<String>, ClusterError> {
+    use futures::TryStreamExt;
+    let listed = kv.keys().await.map_err(|e| ClusterError::js(what, e))?;
+    listed.try_collect().await.map_err(|e| ClusterError::js(what, e))
+}
+
 /// The bucket `bucket` (one revision per key, `replicas` copies, entries expiring after
 /// `max_age` when given), made if it does not exist.
 pub(crate) async fn bucket(

@@ -77,15 +77,7 @@ impl Sessions {
     /// Every live session, its entry and the entry's revision. An entry in another format is
     /// skipped and logged: it names no capsule this runtime could run.
     pub async fn list(&self) -> Result<Vec<(String, SessionEntry, u64)>, ClusterError> {
-        use futures::TryStreamExt;
-        let keys: Vec<String> = self
-            .kv
-            .keys()
-            .await
-            .map_err(|e| ClusterError::js("list the sessions", e))?
-            .try_collect()
-            .await
-            .map_err(|e| ClusterError::js("list the sessions", e))?;
+        let keys = super::kv_read::keys(&self.kv, "list the sessions").await?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let read = self.kv.entry(&key).await.map_err(|e| ClusterError::js(format!("read session {key}"), e))?;
