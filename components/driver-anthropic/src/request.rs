@@ -1,7 +1,10 @@
 //! Neutral request → Anthropic Messages request body.
 //!
-//! Input is the runtime's provider-neutral request (CONTRACT §3); output is
-//! the JSON body for `POST /v1/messages` with `stream: true`.
+//! Input is the runtime's provider-neutral request (CONTRACT §3), read by
+//! [`guest_http::neutral`]; output is the JSON body for `POST /v1/messages`
+//! with `stream: true`, written in one pass ([`guest_http::wire`]): texts,
+//! ids, tool inputs, schemas and `params` values are copied from the input
+//! as they came, never decoded and re-encoded, and no value tree is built.
 //!
 //! What it does beyond a field-for-field copy:
 //! - consecutive `tool` messages become ONE `user` message holding one
@@ -11,306 +14,234 @@
 //! - block types a role cannot carry, unknown block types, empty text blocks
 //!   (refused by the API) and thinking blocks without a signature (they cannot
 //!   be replayed) are skipped; a message left with no content is dropped;
+//! - a tool call's `input` given as a JSON string holding an object is sent
+//!   as that object; a missing or `null` input as `{}`;
 //! - a tool schema without `type` gets `"type": "object"` (so `{}` works).
+//!
+//! Errors name the field and are checked in this order: the request is an
+//! object, `model`, `max_tokens`, `params`, `system`, each message in turn
+//! (role, content, then its blocks), `tools`.
 //!
 //! Deliberately not done: `continuation_id` and `prompt_cache_key` are not
 //! sent (Anthropic keeps no conversation state and has no such field), no
 //! `cache_control` breakpoints are added, and `params` cannot replace the
 //! keys this module builds (`model`, `max_tokens`, `system`, `messages`,
-//! `tools`, `stream`); such keys in `params` are ignored.
+//! `tools`, `stream`); such keys in `params` are ignored. Keys come out in
+//! the order written here, not sorted; a value copied verbatim keeps the
+//! input's spacing and escapes (the runtime sends compact JSON).
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use guest_http::lenient::valid_json;
+use guest_http::neutral::{At, Block, Input, Kind, Message, Obj, Raw, Tool};
+use guest_http::wire::{any_key, comma, key, member, object_with};
 
 /// Keys of the body this module owns; `params` cannot override them.
 const RESERVED: [&str; 6] = ["model", "max_tokens", "system", "messages", "tools", "stream"];
 
-/// Translate the neutral request. The error says which field is wrong.
-pub fn translate(req: &Value) -> Result<Value, String> {
-    let req = req.as_object().ok_or("the request must be a JSON object")?;
-    let model = match req.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => return Err("`model` must be a non-empty string".into()),
-    };
-    let max_tokens = match req.get("max_tokens").and_then(Value::as_u64) {
-        Some(n) if n > 0 => n,
-        _ => return Err("`max_tokens` must be a positive integer".into()),
-    };
-
-    let mut body = Map::new();
-    if let Some(params) = req.get("params") {
-        match params {
-            Value::Null => {}
-            Value::Object(params) => {
-                for (k, v) in params {
-                    if !RESERVED.contains(&k.as_str()) {
-                        body.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            _ => return Err("`params` must be an object".into()),
+/// Translate the neutral request into the body. The error says which field
+/// is wrong.
+pub fn translate(input: &Input) -> Result<Vec<u8>, String> {
+    let req = input.request()?;
+    let model = req.model()?;
+    let max_tokens = req.max_tokens()?;
+    let mut out = Vec::with_capacity(input.size() + input.size() / 8 + 256);
+    out.push(b'{');
+    for (name, value) in req.params()? {
+        if !RESERVED.contains(&&**name) {
+            any_key(&mut out, name);
+            out.extend_from_slice(value.json().as_bytes());
         }
     }
-    body.insert("model".into(), Value::String(model));
-    body.insert("max_tokens".into(), max_tokens.into());
-    match req.get("system") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(s)) => {
-            body.insert("system".into(), Value::String(s.clone()));
-        }
-        Some(_) => return Err("`system` must be a string".into()),
+    member(&mut out, "model", model.json());
+    member(&mut out, "max_tokens", &max_tokens.to_string());
+    if let Some(system) = req.system()? {
+        member(&mut out, "system", system.json());
     }
-    let messages = match req.get("messages") {
-        Some(Value::Array(m)) => messages(m)?,
-        _ => return Err("`messages` must be an array".into()),
-    };
-    body.insert("messages".into(), Value::Array(messages));
-    let tools = match req.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(t)) => tools(t)?,
-        Some(_) => return Err("`tools` must be an array".into()),
-    };
+    key(&mut out, "messages");
+    messages(&mut out, req.messages()?)?;
+    let tools = req.tools()?;
     if !tools.is_empty() {
-        body.insert("tools".into(), Value::Array(tools));
+        key(&mut out, "tools");
+        out.push(b'[');
+        for (i, tool) in tools.iter().enumerate() {
+            write_tool(&mut out, &tool.fields, i)?;
+        }
+        out.push(b']');
     }
-    body.insert("stream".into(), Value::Bool(true));
-    Ok(Value::Object(body))
+    member(&mut out, "stream", "true");
+    out.push(b'}');
+    Ok(out)
 }
 
-fn messages(list: &[Value]) -> Result<Vec<Value>, String> {
-    let mut out: Vec<Value> = Vec::new();
-    // Open `tool_result` blocks waiting to become one user message.
-    let mut results: Vec<Value> = Vec::new();
+fn messages(out: &mut Vec<u8>, list: &[Obj<Message>]) -> Result<(), String> {
+    out.push(b'[');
+    // Whether a user message of `tool_result` blocks is open.
+    let mut results = false;
     for (i, msg) in list.iter().enumerate() {
-        let at = format!("messages[{i}]");
-        let role = msg.get("role").and_then(Value::as_str).ok_or(format!("{at}.role must be a string"))?;
-        let blocks = content(msg, &at)?;
+        let msg = &msg.fields;
+        let role = msg.role(i)?;
+        let blocks = msg.blocks(i)?;
         if role == "tool" {
-            results.push(tool_result(msg, &blocks, &at)?);
+            if !results {
+                comma(out);
+                out.extend_from_slice(br#"{"role":"user","content":["#);
+                results = true;
+            }
+            tool_result(out, msg, blocks, i)?;
             continue;
         }
-        if !results.is_empty() {
-            out.push(json!({"role": "user", "content": std::mem::take(&mut results)}));
+        if results {
+            out.extend_from_slice(b"]}");
+            results = false;
         }
-        let translated = match role {
-            "user" => user_blocks(&blocks, &at)?,
-            "assistant" => assistant_blocks(&blocks, &at)?,
-            other => return Err(format!("{at}.role: unknown role `{other}` (user, assistant or tool)")),
+        let assistant = match &*role {
+            "user" => false,
+            "assistant" => true,
+            other => return Err(format!("{}.role: unknown role `{other}` (user, assistant or tool)", At::Message(i))),
         };
-        if !translated.is_empty() {
-            out.push(json!({"role": role, "content": translated}));
-        }
-    }
-    if !results.is_empty() {
-        out.push(json!({"role": "user", "content": results}));
-    }
-    Ok(out)
-}
-
-/// A message's blocks; a bare string is accepted as one text block.
-fn content(msg: &Value, at: &str) -> Result<Vec<Value>, String> {
-    match msg.get("content") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![json!({"type": "text", "text": s})]),
-        Some(Value::Array(blocks)) => Ok(blocks.clone()),
-        Some(_) => Err(format!("{at}.content must be an array of blocks")),
-    }
-}
-
-fn block_type(block: &Value) -> &str {
-    block.get("type").and_then(Value::as_str).unwrap_or("")
-}
-
-fn str_field<'a>(block: &'a Value, key: &str, at: &str) -> Result<&'a str, String> {
-    block.get(key).and_then(Value::as_str).ok_or(format!("{at}.{key} must be a string"))
-}
-
-/// A non-empty text block, or `None` for an empty one.
-fn text(block: &Value, at: &str) -> Result<Option<Value>, String> {
-    let text = str_field(block, "text", at)?;
-    Ok((!text.is_empty()).then(|| json!({"type": "text", "text": text})))
-}
-
-fn image(block: &Value, at: &str) -> Result<Value, String> {
-    let source = block.get("source").ok_or(format!("{at}.source is missing"))?;
-    let at = format!("{at}.source");
-    Ok(json!({
-        "type": "image",
-        "source": {
-            "type": "base64",
-            "media_type": str_field(source, "media_type", &at)?,
-            "data": str_field(source, "data", &at)?,
-        }
-    }))
-}
-
-fn user_blocks(blocks: &[Value], at: &str) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for (j, block) in blocks.iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match block_type(block) {
-            "text" => out.extend(text(block, &at)?),
-            "image" => out.push(image(block, &at)?),
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-fn assistant_blocks(blocks: &[Value], at: &str) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for (j, block) in blocks.iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match block_type(block) {
-            "text" => out.extend(text(block, &at)?),
-            "tool_call" => out.push(json!({
-                "type": "tool_use",
-                "id": str_field(block, "id", &at)?,
-                "name": str_field(block, "name", &at)?,
-                "input": tool_input(block.get("input")),
-            })),
-            "thinking" => {
-                let signature = block.get("signature").and_then(Value::as_str).unwrap_or("");
-                if !signature.is_empty() {
-                    out.push(json!({
-                        "type": "thinking",
-                        "thinking": str_field(block, "text", &at)?,
-                        "signature": signature,
-                    }));
+        // Written, then taken back if no block survives.
+        let mark = out.len();
+        comma(out);
+        out.extend_from_slice(if assistant {
+            br#"{"role":"assistant","content":["#
+        } else {
+            br#"{"role":"user","content":["#
+        });
+        let start = out.len();
+        for (j, block) in blocks.iter().enumerate() {
+            let (block, at) = (&block.fields, At::Block(i, j));
+            match block.kind() {
+                Kind::Text => text(out, block, at)?,
+                Kind::Image if !assistant => image(out, block, at)?,
+                Kind::ToolCall if assistant => tool_use(out, block, at)?,
+                Kind::Thinking if assistant => thinking(out, block, at)?,
+                Kind::RedactedThinking if assistant => {
+                    comma(out);
+                    out.extend_from_slice(br#"{"type":"redacted_thinking","data":"#);
+                    out.extend_from_slice(block.data(at)?.json().as_bytes());
+                    out.push(b'}');
                 }
+                _ => {}
             }
-            "redacted_thinking" => out.push(json!({
-                "type": "redacted_thinking",
-                "data": str_field(block, "data", &at)?,
-            })),
-            _ => {}
+        }
+        if out.len() == start {
+            out.truncate(mark);
+        } else {
+            out.extend_from_slice(b"]}");
         }
     }
-    Ok(out)
+    if results {
+        out.extend_from_slice(b"]}");
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// A text block, unless its text is empty.
+fn text(out: &mut Vec<u8>, block: &Block, at: At) -> Result<(), String> {
+    let text = block.text(at)?;
+    if text.is_nonempty_string() {
+        comma(out);
+        out.extend_from_slice(br#"{"type":"text","text":"#);
+        out.extend_from_slice(text.json().as_bytes());
+        out.push(b'}');
+    }
+    Ok(())
+}
+
+fn image(out: &mut Vec<u8>, block: &Block, at: At) -> Result<(), String> {
+    let (media_type, data) = block.source(at)?;
+    comma(out);
+    out.extend_from_slice(br#"{"type":"image","source":{"type":"base64","media_type":"#);
+    out.extend_from_slice(media_type.json().as_bytes());
+    member(out, "data", data.json());
+    out.extend_from_slice(b"}}");
+    Ok(())
+}
+
+fn tool_use(out: &mut Vec<u8>, block: &Block, at: At) -> Result<(), String> {
+    let id = block.id(at)?;
+    let name = block.name(at)?;
+    comma(out);
+    out.extend_from_slice(br#"{"type":"tool_use","id":"#);
+    out.extend_from_slice(id.json().as_bytes());
+    member(out, "name", name.json());
+    member(out, "input", &tool_input(block.input()));
+    out.push(b'}');
+    Ok(())
 }
 
 /// A tool call's input as Anthropic wants it: an object. A JSON string
-/// holding an object is unwrapped; a missing or null input is `{}`.
-fn tool_input(input: Option<&Value>) -> Value {
-    match input {
-        None | Some(Value::Null) => json!({}),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => Value::String(s.clone()),
-        },
-        Some(v) => v.clone(),
+/// holding an object is unwrapped (sent as the text it holds); a missing
+/// or null input is `{}`.
+fn tool_input<'r>(input: Option<&'r Raw>) -> Cow<'r, str> {
+    let Some(input) = input else { return Cow::Borrowed("{}") };
+    if let Some(held) = input.decoded() {
+        let held_trimmed = held.trim_matches([' ', '\t', '\n', '\r']);
+        if held_trimmed.starts_with('{') && valid_json(held_trimmed) {
+            return Cow::Owned(held_trimmed.to_owned());
+        }
     }
+    Cow::Borrowed(input.json())
 }
 
-fn tool_result(msg: &Value, blocks: &[Value], at: &str) -> Result<Value, String> {
-    let id = msg
-        .get("tool_call_id")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty())
-        .ok_or(format!("{at}: a tool message needs a non-empty `tool_call_id`"))?;
-    let is_error = msg.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-    let mut parts = Vec::new();
+/// A thinking block, unless it has no signature.
+fn thinking(out: &mut Vec<u8>, block: &Block, at: At) -> Result<(), String> {
+    let Some(signature) = block.signature() else { return Ok(()) };
+    let text = block.text(at)?;
+    comma(out);
+    out.extend_from_slice(br#"{"type":"thinking","thinking":"#);
+    out.extend_from_slice(text.json().as_bytes());
+    member(out, "signature", signature.json());
+    out.push(b'}');
+    Ok(())
+}
+
+fn tool_result(out: &mut Vec<u8>, msg: &Message, blocks: &[Obj<Block>], i: usize) -> Result<(), String> {
+    let id = msg.tool_call_id(i)?;
+    comma(out);
+    out.extend_from_slice(br#"{"type":"tool_result","tool_use_id":"#);
+    out.extend_from_slice(id.json().as_bytes());
+    member(out, "is_error", if msg.is_error() { "true" } else { "false" });
+    let mark = out.len();
+    key(out, "content");
+    out.push(b'[');
+    let start = out.len();
     for (j, block) in blocks.iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match block_type(block) {
-            "text" => parts.extend(text(block, &at)?),
-            "image" => parts.push(image(block, &at)?),
+        let (block, at) = (&block.fields, At::Block(i, j));
+        match block.kind() {
+            Kind::Text => text(out, block, at)?,
+            Kind::Image => image(out, block, at)?,
             _ => {}
         }
     }
-    let mut result = json!({"type": "tool_result", "tool_use_id": id, "is_error": is_error});
-    if !parts.is_empty() {
-        result["content"] = Value::Array(parts);
+    if out.len() == start {
+        out.truncate(mark);
+    } else {
+        out.push(b']');
     }
-    Ok(result)
+    out.push(b'}');
+    Ok(())
 }
 
-fn tools(list: &[Value]) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for (i, tool) in list.iter().enumerate() {
-        let at = format!("tools[{i}]");
-        let name = str_field(tool, "name", &at)?;
-        let mut schema = match tool.get("parameters") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(s)) => s.clone(),
-            Some(_) => return Err(format!("{at}.parameters must be a JSON Schema object")),
-        };
-        schema.entry("type").or_insert_with(|| Value::String("object".into()));
-        let mut t = json!({"name": name, "input_schema": schema});
-        if let Some(d) = tool.get("description").and_then(Value::as_str).filter(|d| !d.is_empty()) {
-            t["description"] = Value::String(d.to_string());
-        }
-        out.push(t);
+fn write_tool(out: &mut Vec<u8>, tool: &Tool, i: usize) -> Result<(), String> {
+    let name = tool.name(i)?;
+    let schema = tool.parameters(i)?;
+    comma(out);
+    out.extend_from_slice(br#"{"name":"#);
+    out.extend_from_slice(name.json().as_bytes());
+    key(out, "input_schema");
+    let extra: &[(&str, &str)] = if schema.kind.is_none() { &[("type", "\"object\"")] } else { &[] };
+    object_with(out, schema.json, extra);
+    if let Some(description) = tool.description() {
+        member(out, "description", description.json());
     }
-    Ok(out)
+    out.push(b'}');
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn full_translation() {
-        let req = json!({
-            "model": "claude-x", "max_tokens": 100, "system": "be brief",
-            "prompt_cache_key": "cap:1", "continuation_id": "c1",
-            "params": {"temperature": 0.5, "model": "ignored", "tool_choice": {"type": "auto"}},
-            "tools": [{"name": "files", "parameters": {}}, {"name": "t2", "description": "d",
-                       "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "weird"},
-                    {"type": "image", "source": {"media_type": "image/png", "data": "AAA"}}]},
-                {"role": "assistant", "produced_by": {"driver": "d", "model": "m"}, "content": [
-                    {"type": "thinking", "text": "hmm", "signature": "sig"},
-                    {"type": "redacted_thinking", "data": "opaque"},
-                    {"type": "text", "text": "calling"},
-                    {"type": "tool_call", "id": "tc1", "name": "files", "input": {"op": "list"}},
-                    {"type": "tool_call", "id": "tc2", "name": "t2", "input": {}}]},
-                {"role": "tool", "tool_call_id": "tc1", "content": [{"type": "text", "text": "a\nb"}]},
-                {"role": "tool", "tool_call_id": "tc2", "is_error": true, "content": [{"type": "text", "text": "boom"}]},
-                {"role": "user", "content": [{"type": "text", "text": "next"}]}
-            ]
-        });
-        let body = translate(&req).unwrap();
-        let expected = json!({
-            "model": "claude-x", "max_tokens": 100, "system": "be brief", "stream": true,
-            "temperature": 0.5, "tool_choice": {"type": "auto"},
-            "tools": [{"name": "files", "input_schema": {"type": "object"}},
-                      {"name": "t2", "description": "d", "input_schema": {"type": "object", "properties": {"a": {"type": "string"}}}}],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "hi"},
-                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}}]},
-                {"role": "assistant", "content": [
-                    {"type": "thinking", "thinking": "hmm", "signature": "sig"},
-                    {"type": "redacted_thinking", "data": "opaque"},
-                    {"type": "text", "text": "calling"},
-                    {"type": "tool_use", "id": "tc1", "name": "files", "input": {"op": "list"}},
-                    {"type": "tool_use", "id": "tc2", "name": "t2", "input": {}}]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "tc1", "is_error": false, "content": [{"type": "text", "text": "a\nb"}]},
-                    {"type": "tool_result", "tool_use_id": "tc2", "is_error": true, "content": [{"type": "text", "text": "boom"}]}]},
-                {"role": "user", "content": [{"type": "text", "text": "next"}]}
-            ]
-        });
-        assert_eq!(body, expected);
-    }
-
-    #[test]
-    fn empty_system_and_tools_are_omitted() {
-        let body =
-            translate(&json!({"model": "m", "max_tokens": 1, "system": "", "tools": [], "messages": []})).unwrap();
-        assert_eq!(body, json!({"model": "m", "max_tokens": 1, "messages": [], "stream": true}));
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        let e = translate(&json!({"max_tokens": 1, "messages": []})).unwrap_err();
-        assert!(e.contains("`model`"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": []}]}))
-            .unwrap_err();
-        assert!(e.contains("messages[0]") && e.contains("tool_call_id"), "{e}");
-        let e = translate(&json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": []}]}))
-            .unwrap_err();
-        assert!(e.contains("unknown role"), "{e}");
-    }
-}
+mod old;
+#[cfg(test)]
+mod tests;

@@ -80,9 +80,11 @@ fn api_key(from_env: Option<String>) -> String {
     from_env.filter(|k| !k.is_empty()).unwrap_or_else(|| PLACEHOLDER_KEY.to_string())
 }
 
-/// Everything that can go wrong before a request is sent.
+/// Everything that can go wrong before a request is sent. This fixture
+/// still reads the request into a `Value` and builds its body as one.
 fn prepare(data: Option<&str>) -> Result<(http::Target, Vec<u8>), String> {
-    guest_http::input::prepare(data, request::translate, "/v1/messages")
+    let translate = |req: &Value| request::translate(req).map(|body| body.to_string().into_bytes());
+    guest_http::input::prepare(data, translate, "/v1/messages")
 }
 
 /// A complete HTTP answer → the parsed neutral response.

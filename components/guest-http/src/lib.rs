@@ -5,6 +5,11 @@
 //!
 //! - [`target`]: `MURMUR_INFERENCE_ENDPOINT` + a provider path → where to send;
 //! - [`input`]: the checks made before anything is sent;
+//! - [`neutral`]: the neutral request read in one pass, borrowed from the
+//!   input, with the checks and error messages both drivers share
+//!   ([`lenient`] is its JSON reading machinery);
+//! - [`wire`]: writing the provider body as JSON text, fragments copied
+//!   verbatim;
 //! - [`http`]: one POST through `wasi:http` (the `wasip2` crate), the
 //!   response body read piece by piece or whole;
 //! - [`sse`]: the incremental server-sent-events parser;
@@ -15,17 +20,20 @@
 //!
 //! Guarantees: nothing here panics on bad input or a bad answer; every
 //! failure is a `String` message, the same text the drivers always reported.
-//! The pure parts ([`target`], [`input`], [`sse`], [`exchange::feed`],
-//! [`shape`]) are unit-tested natively (`cargo test`).
+//! The pure parts ([`target`], [`input`], [`neutral`], [`wire`], [`sse`],
+//! [`exchange::feed`], [`shape`]) are unit-tested natively (`cargo test`).
 //!
-//! Deliberately not done: anything provider-specific (request translation,
-//! event meaning, response assembly stay in each driver), credentials (the
-//! host gateway adds them), the `wit` bindings (each component generates
-//! its own world).
+//! Deliberately not done: anything provider-specific (what each request
+//! translation sends, event meaning, response assembly stay in each
+//! driver), credentials (the host gateway adds them), the `wit` bindings
+//! (each component generates its own world).
 
 pub mod exchange;
 pub mod http;
 pub mod input;
+pub mod lenient;
+pub mod neutral;
 pub mod shape;
 pub mod sse;
 pub mod target;
+pub mod wire;

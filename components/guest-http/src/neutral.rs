@@ -1,0 +1,484 @@
+//! The neutral inference request (CONTRACT §3) as the drivers read it:
+//! borrowed from `tool-input.data`, read in one pass, with the checks both
+//! drivers make and their error messages.
+//!
+//! [`Input::parse`] reads the whole document into [`Request`] →
+//! [`Message`] → [`Block`] and [`Tool`]. Every value a driver copies to its
+//! provider (texts, ids, tool inputs, schemas, `params` values) is kept as
+//! a [`Raw`]: its JSON text, borrowed, copied later without being decoded
+//! or re-encoded. Values the drivers only inspect (`role`, `type`, keys) are
+//! decoded, borrowed when they hold no escape. The only allocations are
+//! the lists of messages, blocks, tools and `params` entries, and the
+//! decoding of an inspected string or key that holds an escape.
+//!
+//! Guarantees, the same as when the request was read as a
+//! `serde_json::Value` (see [`crate::lenient`]): the same documents are
+//! refused as invalid JSON, with the same message; any JSON that is valid
+//! is read, whatever the types of its fields: a wrong type only becomes an
+//! error when a driver asks for that field through the accessors below,
+//! which return the old messages (`` `model` must be a non-empty string ``,
+//! `messages[3].role must be a string`, …); unknown keys are skipped (after
+//! the same checks); of duplicate keys the last wins; a block that is not
+//! an object, or has no known `type`, reads as [`Kind::Other`].
+//!
+//! Deliberately not done: anything provider-specific (each driver's
+//! `request` module decides what is sent and how), `continuation_id`,
+//! `prompt_cache_key` and `produced_by` (no driver sends them; they are
+//! checked and skipped like any unknown key).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::MapAccess;
+
+use crate::lenient::{Depth, Fields, Key, Lenient, List, Reader, skip};
+pub use crate::lenient::{Obj, Raw, Shape};
+
+/// A parsed `tool-input.data`: any JSON value, a [`Request`] when it is an
+/// object.
+#[derive(Debug)]
+pub struct Input<'a> {
+    request: Obj<Request<'a>>,
+    size: usize,
+}
+
+impl<'a> Input<'a> {
+    /// Read the document. The error is serde_json's for the first thing in
+    /// it that is not valid JSON, exactly as `Value` would report it.
+    pub fn parse(data: &'a str) -> Result<Self, serde_json::Error> {
+        match serde_json::from_str::<Obj<Request<'a>>>(data) {
+            Ok(request) => Ok(Input { request, size: data.len() }),
+            // A refused fragment: ask serde_json where and why, as `Value`
+            // reading the whole document would have said.
+            Err(e) => Err(serde_json::from_str::<Depth>(data).err().unwrap_or(e)),
+        }
+    }
+
+    /// The request, if the document is an object.
+    pub fn request(&self) -> Result<&Request<'a>, String> {
+        match self.request.shape {
+            Shape::Object => Ok(&self.request.fields),
+            _ => Err("the request must be a JSON object".into()),
+        }
+    }
+
+    /// The input's size in bytes (a provider body is about as large).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+/// The top-level fields of the request.
+#[derive(Debug, Default)]
+pub struct Request<'a> {
+    model: Option<Raw<'a>>,
+    max_tokens: Option<Raw<'a>>,
+    system: Option<Raw<'a>>,
+    params: Option<Obj<Params<'a>>>,
+    messages: Option<List<Obj<Message<'a>>>>,
+    tools: Option<List<Obj<Tool<'a>>>>,
+}
+
+impl<'de> Fields<'de> for Request<'de> {
+    const DEPTH: u32 = 1;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "model" => self.model = Self::raw(map)?,
+            "max_tokens" => self.max_tokens = Self::raw(map)?,
+            "system" => self.system = Self::raw(map)?,
+            "params" => self.params = Some(map.next_value()?),
+            "messages" => self.messages = Some(map.next_value()?),
+            "tools" => self.tools = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Request<'a> {
+    /// `model`: a non-empty string (its JSON text).
+    pub fn model(&self) -> Result<&Raw<'a>, String> {
+        self.model
+            .as_ref()
+            .filter(|m| m.is_nonempty_string())
+            .ok_or_else(|| "`model` must be a non-empty string".into())
+    }
+
+    /// `max_tokens`: a positive integer.
+    pub fn max_tokens(&self) -> Result<u64, String> {
+        let n = self.max_tokens.as_ref().and_then(Raw::as_u64).filter(|n| *n > 0);
+        n.ok_or_else(|| "`max_tokens` must be a positive integer".into())
+    }
+
+    /// `system`: `None` when absent, `null` or `""`; else a string.
+    pub fn system(&self) -> Result<Option<&Raw<'a>>, String> {
+        match &self.system {
+            None => Ok(None),
+            Some(s) if s.is_null() => Ok(None),
+            Some(s) if s.is_string() => Ok(s.is_nonempty_string().then_some(s)),
+            Some(_) => Err("`system` must be a string".into()),
+        }
+    }
+
+    /// `params`' entries (none when absent or `null`), each key once.
+    pub fn params(&self) -> Result<&[(Cow<'a, str>, Raw<'a>)], String> {
+        match &self.params {
+            None => Ok(&[]),
+            Some(p) => match p.shape {
+                Shape::Null => Ok(&[]),
+                Shape::Object => Ok(&p.fields.0),
+                Shape::Other => Err("`params` must be an object".into()),
+            },
+        }
+    }
+
+    /// `messages`: an array.
+    pub fn messages(&self) -> Result<&[Obj<Message<'a>>], String> {
+        match &self.messages {
+            Some(List::Items(m)) => Ok(m),
+            _ => Err("`messages` must be an array".into()),
+        }
+    }
+
+    /// `tools` (none when absent or `null`).
+    pub fn tools(&self) -> Result<&[Obj<Tool<'a>>], String> {
+        match &self.tools {
+            None | Some(List::Null) => Ok(&[]),
+            Some(List::Items(t)) => Ok(t),
+            Some(List::Other) => Err("`tools` must be an array".into()),
+        }
+    }
+}
+
+/// `params`' entries in input order; a duplicate key replaces the value.
+#[derive(Debug, Default)]
+pub struct Params<'a>(Vec<(Cow<'a, str>, Raw<'a>)>);
+
+impl<'de> Fields<'de> for Params<'de> {
+    const DEPTH: u32 = 2;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        let value = crate::lenient::next_raw(map, Self::DEPTH)?;
+        match self.0.iter_mut().find(|(k, _)| *k == key.0) {
+            Some(entry) => entry.1 = value,
+            None => self.0.push((key.0, value)),
+        }
+        Ok(())
+    }
+}
+
+/// Where a field sits, for error messages: `messages[2]`,
+/// `messages[2].content[0]`, `tools[1]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    Message(usize),
+    Block(usize, usize),
+    Tool(usize),
+}
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            At::Message(i) => write!(f, "messages[{i}]"),
+            At::Block(i, j) => write!(f, "messages[{i}].content[{j}]"),
+            At::Tool(i) => write!(f, "tools[{i}]"),
+        }
+    }
+}
+
+/// `field` as a string, or `{at}.{key} must be a string`.
+fn string<'r, 'a>(field: &'r Option<Raw<'a>>, at: impl fmt::Display, key: &str) -> Result<&'r Raw<'a>, String> {
+    field.as_ref().filter(|v| v.is_string()).ok_or_else(|| format!("{at}.{key} must be a string"))
+}
+
+/// One message (all fields absent when it is not an object).
+#[derive(Debug, Default)]
+pub struct Message<'a> {
+    role: Option<Raw<'a>>,
+    content: Content<'a>,
+    tool_call_id: Option<Raw<'a>>,
+    is_error: Option<Raw<'a>>,
+}
+
+impl<'de> Fields<'de> for Message<'de> {
+    const DEPTH: u32 = 3;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "role" => self.role = Self::raw(map)?,
+            "content" => self.content = map.next_value()?,
+            "tool_call_id" => self.tool_call_id = Self::raw(map)?,
+            "is_error" => self.is_error = Self::raw(map)?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Message<'a> {
+    /// The role, decoded; message `i` of the list.
+    pub fn role(&self, i: usize) -> Result<Cow<'_, str>, String> {
+        self.role.as_ref().and_then(Raw::decoded).ok_or_else(|| format!("{}.role must be a string", At::Message(i)))
+    }
+
+    /// The blocks (none when `content` is absent or `null`; a bare string
+    /// reads as one text block).
+    pub fn blocks(&self, i: usize) -> Result<&[Obj<Block<'a>>], String> {
+        match &self.content {
+            Content::Null => Ok(&[]),
+            Content::Blocks(b) => Ok(b),
+            Content::Other => Err(format!("{}.content must be an array of blocks", At::Message(i))),
+        }
+    }
+
+    /// A tool message's non-empty `tool_call_id`.
+    pub fn tool_call_id(&self, i: usize) -> Result<&Raw<'a>, String> {
+        let id = self.tool_call_id.as_ref().filter(|id| id.is_nonempty_string());
+        id.ok_or_else(|| format!("{}: a tool message needs a non-empty `tool_call_id`", At::Message(i)))
+    }
+
+    /// `is_error` is `true` (any other value, or none, is false).
+    pub fn is_error(&self) -> bool {
+        self.is_error.as_ref().is_some_and(Raw::is_true)
+    }
+}
+
+/// A message's `content`.
+#[derive(Debug, Default)]
+enum Content<'a> {
+    #[default]
+    Null,
+    Blocks(Vec<Obj<Block<'a>>>),
+    Other,
+}
+
+impl<'de> Lenient<'de> for Content<'de> {
+    fn other() -> Self {
+        Content::Other
+    }
+    fn null() -> Self {
+        Content::Null
+    }
+    fn string(s: &str) -> Self {
+        let text = Block { kind: Some(Raw::literal("\"text\"")), text: Some(Raw::quoted(s)), ..Block::default() };
+        Content::Blocks(vec![Obj { shape: Shape::Object, fields: text }])
+    }
+    fn seq<A: serde::de::SeqAccess<'de>>(seq: A) -> Result<Self, A::Error> {
+        match <List<Obj<Block<'de>>> as Lenient<'de>>::seq(seq)? {
+            List::Items(blocks) => Ok(Content::Blocks(blocks)),
+            _ => Ok(Content::Other),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Content<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Reader::read(d)
+    }
+}
+
+/// A block's `type`, as far as the runtime knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    ToolCall,
+    Thinking,
+    RedactedThinking,
+    Image,
+    /// Any other type, no type, or a block that is not an object.
+    Other,
+}
+
+/// One content block (all fields absent when it is not an object).
+#[derive(Debug, Default)]
+pub struct Block<'a> {
+    kind: Option<Raw<'a>>,
+    text: Option<Raw<'a>>,
+    id: Option<Raw<'a>>,
+    name: Option<Raw<'a>>,
+    input: Option<Raw<'a>>,
+    signature: Option<Raw<'a>>,
+    data: Option<Raw<'a>>,
+    source: Option<Obj<Source<'a>>>,
+}
+
+impl<'de> Fields<'de> for Block<'de> {
+    const DEPTH: u32 = 5;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "type" => self.kind = Self::raw(map)?,
+            "text" => self.text = Self::raw(map)?,
+            "id" => self.id = Self::raw(map)?,
+            "name" => self.name = Self::raw(map)?,
+            "input" => self.input = Self::raw(map)?,
+            "signature" => self.signature = Self::raw(map)?,
+            "data" => self.data = Self::raw(map)?,
+            "source" => self.source = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Block<'a> {
+    pub fn kind(&self) -> Kind {
+        match self.kind.as_ref().and_then(Raw::decoded).as_deref() {
+            Some("text") => Kind::Text,
+            Some("tool_call") => Kind::ToolCall,
+            Some("thinking") => Kind::Thinking,
+            Some("redacted_thinking") => Kind::RedactedThinking,
+            Some("image") => Kind::Image,
+            _ => Kind::Other,
+        }
+    }
+
+    /// `text`: a string.
+    pub fn text(&self, at: At) -> Result<&Raw<'a>, String> {
+        string(&self.text, at, "text")
+    }
+
+    /// A tool call's `id`: a string.
+    pub fn id(&self, at: At) -> Result<&Raw<'a>, String> {
+        string(&self.id, at, "id")
+    }
+
+    /// A tool call's `name`: a string.
+    pub fn name(&self, at: At) -> Result<&Raw<'a>, String> {
+        string(&self.name, at, "name")
+    }
+
+    /// A redacted thinking block's `data`: a string.
+    pub fn data(&self, at: At) -> Result<&Raw<'a>, String> {
+        string(&self.data, at, "data")
+    }
+
+    /// A tool call's `input`, `None` when absent or `null`.
+    pub fn input(&self) -> Option<&Raw<'a>> {
+        self.input.as_ref().filter(|i| !i.is_null())
+    }
+
+    /// A thinking block's `signature` when it is a non-empty string.
+    pub fn signature(&self) -> Option<&Raw<'a>> {
+        self.signature.as_ref().filter(|s| s.is_nonempty_string())
+    }
+
+    /// An image's `source`: `(media_type, data)`, both strings.
+    pub fn source(&self, at: At) -> Result<(&Raw<'a>, &Raw<'a>), String> {
+        let source = self.source.as_ref().ok_or_else(|| format!("{at}.source is missing"))?;
+        let at = InSource(at);
+        Ok((string(&source.fields.media_type, at, "media_type")?, string(&source.fields.data, at, "data")?))
+    }
+}
+
+/// `messages[i].content[j].source`, for error messages.
+#[derive(Clone, Copy)]
+struct InSource(At);
+
+impl fmt::Display for InSource {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}.source", self.0)
+    }
+}
+
+/// An image block's `source`.
+#[derive(Debug, Default)]
+pub struct Source<'a> {
+    media_type: Option<Raw<'a>>,
+    data: Option<Raw<'a>>,
+}
+
+impl<'de> Fields<'de> for Source<'de> {
+    const DEPTH: u32 = 6;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "media_type" => self.media_type = Self::raw(map)?,
+            "data" => self.data = Self::raw(map)?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// One tool offered to the model (all fields absent when not an object).
+#[derive(Debug, Default)]
+pub struct Tool<'a> {
+    name: Option<Raw<'a>>,
+    description: Option<Raw<'a>>,
+    parameters: Option<Raw<'a>>,
+}
+
+impl<'de> Fields<'de> for Tool<'de> {
+    const DEPTH: u32 = 3;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "name" => self.name = Self::raw(map)?,
+            "description" => self.description = Self::raw(map)?,
+            "parameters" => self.parameters = Self::raw(map)?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// A tool's `parameters` schema and the two of its keys the drivers check.
+#[derive(Debug)]
+pub struct Schema<'r> {
+    /// The object's JSON text (`{}` when `parameters` is absent or `null`).
+    pub json: &'r str,
+    /// Its `type` key's value, if it has one.
+    pub kind: Option<Raw<'r>>,
+    /// Whether it has a `properties` key.
+    pub has_properties: bool,
+}
+
+impl<'a> Tool<'a> {
+    /// `name`: a string; tool `i` of the list.
+    pub fn name(&self, i: usize) -> Result<&Raw<'a>, String> {
+        string(&self.name, At::Tool(i), "name")
+    }
+
+    /// `description` when it is a non-empty string.
+    pub fn description(&self) -> Option<&Raw<'a>> {
+        self.description.as_ref().filter(|d| d.is_nonempty_string())
+    }
+
+    /// `parameters`: an object, absent or `null` (an empty schema).
+    pub fn parameters(&self, i: usize) -> Result<Schema<'_>, String> {
+        let json = match &self.parameters {
+            None => "{}",
+            Some(p) if p.is_null() => "{}",
+            Some(p) if p.is_object() => p.json(),
+            Some(_) => return Err(format!("{}.parameters must be a JSON Schema object", At::Tool(i))),
+        };
+        // The object was checked when the input was read; reading its
+        // top-level keys again cannot fail.
+        let keys = serde_json::from_str::<Obj<SchemaKeys>>(json).map(|o| o.fields).unwrap_or_default();
+        Ok(Schema { json, kind: keys.kind, has_properties: keys.has_properties })
+    }
+}
+
+/// The keys of a schema the drivers look at.
+#[derive(Debug, Default)]
+struct SchemaKeys<'a> {
+    kind: Option<Raw<'a>>,
+    has_properties: bool,
+}
+
+impl<'de> Fields<'de> for SchemaKeys<'de> {
+    const DEPTH: u32 = 1;
+    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
+        match &*key.0 {
+            "type" => self.kind = Self::raw(map)?,
+            "properties" => {
+                self.has_properties = true;
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+            _ => {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "neutral_tests.rs"]
+mod tests;

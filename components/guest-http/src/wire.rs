@@ -1,0 +1,121 @@
+//! Writing a provider request body as JSON text, piece by piece, into a
+//! `Vec<u8>`: the drivers' translations build no value tree, they copy the
+//! input's [`crate::neutral`] fragments verbatim between keys written here.
+//!
+//! Guarantees: [`string`] escapes exactly as serde_json does (`"`, `\`,
+//! `\b \f \n \r \t`, other control characters as `\u00xx`), so a string the
+//! runtime sent comes out as serde_json would have written it; [`comma`]
+//! separates members and elements by looking at the last byte written, so
+//! a caller can drop a half-written member by truncating back to a mark.
+//!
+//! Deliberately not done: no validation of what is copied (the fragments
+//! were checked when the input was read), no pretty-printing.
+
+/// Write `,` unless the last byte opens an object or an array (or nothing
+/// has been written): call before every member or element.
+pub fn comma(out: &mut Vec<u8>) {
+    if !matches!(out.last(), None | Some(b'{' | b'[')) {
+        out.push(b',');
+    }
+}
+
+/// Write `,"name":`. `name` is written unescaped: it must be a plain
+/// ASCII key of the provider's format.
+pub fn key(out: &mut Vec<u8>, name: &str) {
+    comma(out);
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+/// Write `,"name":` for a key that may need escaping.
+pub fn any_key(out: &mut Vec<u8>, name: &str) {
+    comma(out);
+    string(out, name);
+    out.push(b':');
+}
+
+/// Write `,"name":json` (`json` copied as it is).
+pub fn member(out: &mut Vec<u8>, name: &str, json: &str) {
+    key(out, name);
+    out.extend_from_slice(json.as_bytes());
+}
+
+/// Write `s` as a JSON string literal.
+pub fn string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(&[b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Write an object: the JSON object text `object` with the `extra`
+/// members (`name`, JSON text) put first. `object` must be a valid object.
+pub fn object_with(out: &mut Vec<u8>, object: &str, extra: &[(&str, &str)]) {
+    let rest = object.strip_prefix('{').unwrap_or("}").trim_start_matches([' ', '\t', '\n', '\r']);
+    out.push(b'{');
+    for (name, json) in extra {
+        member(out, name, json);
+    }
+    if !rest.starts_with('}') {
+        comma(out);
+    }
+    out.extend_from_slice(rest.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        f(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        for s in ["", "plain", "q\"b\\s/", "\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}", "h\u{e9}llo \u{1F600}", "a\u{0}b"] {
+            assert_eq!(text(|o| string(o, s)), serde_json::to_string(s).unwrap(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn members_and_objects() {
+        let t = text(|o| {
+            o.push(b'{');
+            member(o, "a", "1");
+            any_key(o, "k\"");
+            object_with(o, "{}", &[("type", "\"object\"")]);
+            key(o, "b");
+            object_with(o, "{ \"x\": [1] }", &[("type", "\"object\""), ("properties", "{}")]);
+            key(o, "c");
+            object_with(o, "{\"y\":2}", &[]);
+            o.push(b'}');
+        });
+        assert_eq!(t, r#"{"a":1,"k\"":{"type":"object"},"b":{"type":"object","properties":{},"x": [1] },"c":{"y":2}}"#);
+        serde_json::from_str::<serde_json::Value>(&t).unwrap();
+    }
+}
