@@ -7,8 +7,22 @@
 //! - peak RSS of that whole process (VmHWM, printed by the binary when asked);
 //! - per-turn runtime overhead: in one session of 51 turns (50 tool-call turns running the real
 //!   file tool, then a reply), the time from one turn's start to the next turn's start minus
-//!   the stub's own time producing that turn's response.
+//!   the stub's own time producing that turn's response;
+//! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
+//!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
+//!   (`--cluster` prints this table alone).
 
+#[path = "../tests/e2e/nats.rs"]
+#[allow(dead_code, reason = "the bench uses part of the test harness")]
+mod nats;
+
+mod common {
+    pub fn repo() -> std::path::PathBuf {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+}
+
+use capsule_actors::cluster::ClusterHost;
 use capsule_actors::{EndpointOverride, LaunchOptions, Session};
 use capsule_protocol::frame::{Frame, TaskState};
 use capsule_runtime::{Host, HostOptions};
@@ -80,8 +94,14 @@ fn startup(rt: &tokio::runtime::Runtime) {
     }
 }
 
-fn per_turn(rt: &tokio::runtime::Runtime) {
-    const TURNS: usize = 100;
+/// Turns measured in one session (then a final reply).
+const TURNS: usize = 100;
+/// The turns whose overhead is printed.
+const ROWS: [usize; 5] = [1, 2, 10, 50, 100];
+
+/// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and, per row of
+/// [`ROWS`], the median overhead of the 5 turns up to it.
+fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool) -> std::collections::BTreeMap<usize, f64> {
     rt.block_on(async {
         let mut turns: Vec<Turn> = (0..TURNS).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
@@ -93,7 +113,7 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
         let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", "max_turns: 110");
         std::fs::write(dir.path().join("murmur.yaml"), manifest).expect("write");
         let opts = LaunchOptions {
-            cluster: None,
+            cluster,
             manifest: dir.path().into(),
             workdir: work.path().into(),
             host,
@@ -124,30 +144,62 @@ fn per_turn(rt: &tokio::runtime::Runtime) {
         let (outcome, session) = submit.await.expect("join");
         assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
         session.shutdown().await;
+        let reqs = stub.requests();
+        let overhead = |t: usize| starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0 - reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
+        let median_to = |t: usize| {
+            let mut window: Vec<f64> = if t == 1 { vec![overhead(1)] } else { (t.saturating_sub(4).max(2)..=t).map(overhead).collect() };
+            median(&mut window)
+        };
+        let row: std::collections::BTreeMap<usize, f64> = ROWS.iter().map(|&t| (t, median_to(t))).collect();
+        if !print {
+            return row;
+        }
         let trace: Vec<serde_json::Value> = std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         let calls: Vec<(f64, u64)> = trace.iter().filter(|e| e["event_type"] == "inference").map(|e| (e["call_ms"].as_f64().unwrap_or(0.0), e["instantiate_us"].as_u64().unwrap_or(0))).collect();
         let tools: Vec<u64> = trace.iter().filter(|e| e["event_type"] == "tool_call").map(|e| e["duration_ms"].as_u64().unwrap_or(0)).collect();
-        let reqs = stub.requests();
         println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", TURNS + 1);
         println!("Each turn: driver instantiate + neutral→Anthropic translation + loopback HTTP + SSE parse in the component + one real file-tool call + loop bookkeeping.\n");
         println!("| turn | wall ms | stub ms | overhead ms | median overhead, 5 turns to here | of which: gateway call ms (instantiate µs) | tool ms | request body KiB |");
         println!("|---|---|---|---|---|---|---|---|");
         // A turn's overhead: its wall time minus the stub's; the median over the 5 turns ending at
         // the named one (a single turn is at the mercy of this noisy machine).
-        let overhead = |t: usize| starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0 - reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
-        let mut row = std::collections::BTreeMap::new();
-        for t in [1usize, 2, 10, 50, 100] {
+        for t in ROWS {
             let wall = starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0;
             let stub_ms = reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
             let (call_ms, inst) = calls.get(t - 1).copied().unwrap_or_default();
             let body_kib = reqs[t - 1].body.to_string().len() as f64 / 1024.0;
-            let mut window: Vec<f64> = if t == 1 { vec![overhead(1)] } else { (t.saturating_sub(4).max(2)..=t).map(overhead).collect() };
-            let med = median(&mut window);
-            row.insert(t, med);
+            let med = row[&t];
             println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} | {med:.3} | {call_ms:.3} ({inst}) | {} | {body_kib:.1} |", wall - stub_ms, tools.get(t - 1).copied().unwrap_or(0));
         }
         println!("\nFlatness: turn 100 / turn 1 = {:.2}; around turn 100 / around turn 2 = {:.2} (turn 1 also pays first-use costs)", row[&100] / row[&1], row[&100] / row[&2]);
+        row
+    })
+}
+
+/// The per-turn overhead with the journal on JetStream (R3) next to the file journal, sessions
+/// alternating so that both see the same machine.
+fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
+    let nats = rt.block_on(nats::NatsCluster::start(3));
+    let host = rt.block_on(async {
+        let client = capsule_actors::cluster::connect(&nats.urls()).await.expect("connects");
+        ClusterHost::join(async_nats::jetstream::new(client), "bench", 3, Duration::from_secs(3)).await.expect("joins")
     });
+    let (mut files, mut js): (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        files.push(per_turn(rt, None, false));
+        js.push(per_turn(rt, Some(host.clone()), false));
+    }
+    println!("\n## Per-turn overhead: JetStream journal (3 nats-servers, R3, loopback) vs files\n");
+    println!("3 sessions each, alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n");
+    println!("| turn | files ms | JetStream ms | difference ms |");
+    println!("|---|---|---|---|");
+    for t in ROWS {
+        let mut f: Vec<f64> = files.iter().map(|r| r[&t]).collect();
+        let mut j: Vec<f64> = js.iter().map(|r| r[&t]).collect();
+        let (f, j) = (median(&mut f), median(&mut j));
+        println!("| {t} | {f:.3} | {j:.3} | {:+.3} |", j - f);
+    }
+    drop(nats);
 }
 
 fn main() {
@@ -159,9 +211,17 @@ fn main() {
         "# capsule-runtime benchmarks ({} cores)",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    // `--turns`: only the per-turn table (for profiling it alone).
-    if !std::env::args().any(|a| a == "--turns") {
+    // `--turns`: only the per-turn table (for profiling it alone); `--cluster`: only the
+    // JetStream comparison.
+    let only = |flag: &str| std::env::args().any(|a| a == flag);
+    if only("--cluster") {
+        return cluster_per_turn(&rt);
+    }
+    if !only("--turns") {
         startup(&rt);
     }
-    per_turn(&rt);
+    per_turn(&rt, None, true);
+    if !only("--turns") {
+        cluster_per_turn(&rt);
+    }
 }

@@ -191,29 +191,49 @@ impl JournalState {
     }
 }
 
-/// Write an optional marker line and `messages` to the conversation record, then `events` to
-/// the trace: the first failed write, if any.
+/// Write an optional marker line and `messages` to the conversation record, and `events` to
+/// the trace: the first failed write, if any (the conversation's first).
+///
+/// After the marker, the two records are written at once: lines of one record go one after the
+/// other (each JetStream append is fenced on the last one's sequence), but a conversation line
+/// does not wait for a trace line's acknowledgement, so a step with both costs one round trip
+/// to JetStream, not two. The conversation's first line is sent first, so on one connection it
+/// reaches the stream first. A file journal's writes are immediate and keep this order.
 async fn append(
     state: &mut JournalState,
     marker: Option<serde_json::Value>,
     messages: &[Message],
     events: &[TraceEvent],
 ) -> Result<(), WriteFailed> {
-    let mut first = Ok(());
+    // A replaced context's marker comes first; if it is not written, nothing else is.
     if let Some(m) = marker
         && let Err(source) = write_line(state.conversation.as_mut(), &m, &mut state.failed_writes).await
     {
         return Err(WriteFailed { file: state.paths.conversation_path.clone(), source });
     }
-    for m in messages {
-        if let Err(source) = write_line(state.conversation.as_mut(), m, &mut state.failed_writes).await {
-            first = first.and(Err(WriteFailed { file: state.paths.conversation_path.clone(), source }));
+    let (mut conversation_failed, mut trace_failed) = (0, 0);
+    let conversation = async {
+        let mut first = Ok(());
+        for m in messages {
+            if let Err(e) = write_line(state.conversation.as_mut(), m, &mut conversation_failed).await {
+                first = first.and(Err(e));
+            }
         }
-    }
-    for ev in events {
-        if let Err(source) = write_line(state.trace.as_mut(), ev, &mut state.failed_writes).await {
-            first = first.and(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
+        first
+    };
+    let trace = async {
+        let mut first = Ok(());
+        for ev in events {
+            if let Err(e) = write_line(state.trace.as_mut(), ev, &mut trace_failed).await {
+                first = first.and(Err(e));
+            }
         }
-    }
-    first
+        first
+    };
+    let (conversation, trace) = futures::future::join(conversation, trace).await;
+    state.failed_writes += conversation_failed + trace_failed;
+    let paths = &state.paths;
+    conversation
+        .map_err(|source| WriteFailed { file: paths.conversation_path.clone(), source })
+        .and(trace.map_err(|source| WriteFailed { file: paths.trace_path.clone(), source }))
 }
