@@ -2,6 +2,7 @@
 //! conversation and trace journaled to JetStream (each step acknowledged before it is acted
 //! on), and the whole session stopped as soon as another host holds its lease.
 
+use crate::cluster_support::{StoredEntry, stored_entries};
 use crate::common::*;
 use crate::nats::NatsCluster;
 use capsule_actors::cluster::{self, ClusterHost, Record, StreamLog};
@@ -47,6 +48,15 @@ async fn a_clustered_session_journals_to_jetstream_and_stops_once_another_host_h
     for k in ["session_start", "task_start", "tool_call_started", "tool_call", "task_end"] {
         assert!(trace.contains(&k.to_string()), "{k} in {trace:?}");
     }
+    // A step's conversation line and trace line are sent at once, the conversation's first:
+    // in the stream, the user message precedes `task_start` and the tool result `tool_call`.
+    let conversation_seq = stored_entries(&a.js, &sid, Record::Conversation).await;
+    let trace_seq = stored_entries(&a.js, &sid, Record::Trace).await;
+    let seq_of = |entries: &[StoredEntry], key: &str, value: &str| {
+        entries.iter().find(|e| e.value[key] == value).map(|e| e.sequence).unwrap_or_else(|| panic!("{value}"))
+    };
+    assert!(seq_of(&conversation_seq, "role", "user") < seq_of(&trace_seq, "event_type", "task_start"));
+    assert!(seq_of(&conversation_seq, "role", "tool") < seq_of(&trace_seq, "event_type", "tool_call"));
     let (_, raw) = StreamLog::open(&a.js, &sid, Record::Trace).await.expect("trace");
     let start: Value = serde_json::from_slice(&raw[0]).expect("session_start");
     assert_eq!(start["cluster"]["host"], "host-a", "{start}");

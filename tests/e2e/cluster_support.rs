@@ -194,13 +194,16 @@ pub fn effects(hosts: &[&Path], name: &str) -> Vec<String> {
     lines
 }
 
-/// A record's entries on JetStream, each with the id of the writer that appended it (the
-/// first part of its deduplication id: one per open of the record).
-pub async fn entries_with_writers(
-    js: &async_nats::jetstream::Context,
-    session: &str,
-    record: Record,
-) -> Vec<(Value, String)> {
+/// One entry of a record on JetStream: its stream sequence, its JSON, and the id of the writer
+/// that appended it (the first part of its deduplication id: one per open of the record).
+pub struct StoredEntry {
+    pub sequence: u64,
+    pub value: Value,
+    pub writer: String,
+}
+
+/// A record's entries on JetStream, in order.
+pub async fn stored_entries(js: &async_nats::jetstream::Context, session: &str, record: Record) -> Vec<StoredEntry> {
     let subject = capsule_actors::cluster::subject(session, record).expect("subject");
     let stream = js.get_stream(capsule_actors::cluster::JOURNAL_STREAM).await.expect("stream");
     let mut out = Vec::new();
@@ -208,10 +211,19 @@ pub async fn entries_with_writers(
     while let Ok(m) = stream.get_first_raw_message_by_subject(&subject, next).await {
         let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string()).unwrap_or_default();
         let writer = id.split(':').next().unwrap_or_default().to_string();
-        out.push((serde_json::from_slice(&m.payload).expect("json"), writer));
+        out.push(StoredEntry { sequence: m.sequence, value: serde_json::from_slice(&m.payload).expect("json"), writer });
         next = m.sequence + 1;
     }
     out
+}
+
+/// A record's entries on JetStream, each with the id of the writer that appended it.
+pub async fn entries_with_writers(
+    js: &async_nats::jetstream::Context,
+    session: &str,
+    record: Record,
+) -> Vec<(Value, String)> {
+    stored_entries(js, session, record).await.into_iter().map(|e| (e.value, e.writer)).collect()
 }
 
 /// The host's capsules as its API lists them.
