@@ -185,10 +185,18 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
         ClusterHost::join(async_nats::jetstream::new(client), "bench", 3, Duration::from_secs(3)).await.expect("joins")
     });
     let (mut files, mut js): (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
+    let stored = || {
+        rt.block_on(async {
+            let mut stream = host.js.get_stream(capsule_actors::cluster::JOURNAL_STREAM).await.expect("journal stream");
+            stream.info().await.expect("stream info").state.messages
+        })
+    };
+    let before = stored();
     for _ in 0..3 {
         files.push(per_turn(rt, None, false));
         js.push(per_turn(rt, Some(host.clone()), false));
     }
+    let per_turn_entries = (stored() - before) as f64 / (3 * (TURNS + 1)) as f64;
     println!("\n## Per-turn overhead: JetStream journal (3 nats-servers, R3, loopback) vs files\n");
     println!("3 sessions each, alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n");
     println!("| turn | files ms | JetStream ms | difference ms |");
@@ -199,6 +207,7 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
         let (f, j) = (median(&mut f), median(&mut j));
         println!("| {t} | {f:.3} | {j:.3} | {:+.3} |", j - f);
     }
+    println!("\nJetStream entries stored per turn (conversation, trace and frames, each an acknowledged append): {per_turn_entries:.1}");
     drop(nats);
 }
 

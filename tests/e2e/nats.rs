@@ -139,6 +139,12 @@ impl NatsCluster {
         }
     }
 
+    /// The running servers' process ids (for the benches' memory figures).
+    #[allow(dead_code, reason = "used by the cluster bench, not by every test binary")]
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(|n| n.child.as_ref().map(|c| c.id())).collect()
+    }
+
     /// Every server's client URL.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| format!("nats://127.0.0.1:{}", n.client)).collect()

@@ -300,7 +300,6 @@ impl LoopState {
         if self.config.stamp_producers {
             fields["driver_choice"] = json!(used_choice.name);
         }
-        self.trace(TraceKind::Inference, fields);
         if let Some(r) = self.running.as_ref() {
             let decision = match &reply.result {
                 Ok(resp) if resp.stop_reason == StopReason::ToolCall => "tool_call",
@@ -319,6 +318,7 @@ impl LoopState {
         }
         let resp = match reply.result {
             Err(e) => {
+                self.trace(TraceKind::Inference, fields);
                 // The provider's state after a failed call is unknown: the next call resends all.
                 self.continuation = None;
                 return self.finish(ExitStatus::Failed, e.to_string()).await;
@@ -332,7 +332,9 @@ impl LoopState {
         let message =
             Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
-        if let Err(e) = self.record(message).await {
+        // The `inference` line goes with the reply it produced: one append (one JetStream round
+        // trip for both records) instead of a trace line the reply's append waits behind.
+        if let Err(e) = self.record_with(message, vec![(TraceKind::Inference, fields)]).await {
             return self.fail_unjournaled(e).await;
         }
         let output_tokens = usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::spend::tokens::count(&text));
