@@ -52,7 +52,11 @@ async fn idle_sessions(c: &nats::NatsCluster) {
     use cluster_support::{api_list, api_post, capsule_folder, start_host};
     let limit = limits::ensure_nofile(4 * IDLE as u64);
     let urls = c.urls().join(",");
-    let stubs: Vec<_> = (0..3).map(|_| capsule_stub::Stub::start(capsule_stub::Script::new(vec![capsule_stub::Turn::text("hi")])).expect("stub")).collect();
+    let stubs: Vec<_> = (0..3)
+        .map(|_| {
+            capsule_stub::Stub::start(capsule_stub::Script::new(vec![capsule_stub::Turn::text("hi")])).expect("stub")
+        })
+        .collect();
     let mut hosts = Vec::new();
     for (i, stub) in stubs.iter().enumerate() {
         hosts.push(start_host(i, &urls, std::slice::from_ref(stub)).await);
@@ -80,11 +84,25 @@ async fn idle_sessions(c: &nats::NatsCluster) {
     let mib = |kib: u64| kib as f64 / 1024.0;
     let per = |before: u64, after: u64| after.saturating_sub(before) as f64 / IDLE as f64 / 1024.0;
     println!("\n## {IDLE} idle clustered sessions on 3 hosts (3 nats-servers, R3)\n");
-    println!("{limit}; placements {:.1} s ({:.0}/s); sessions per host as listed: {per_host:?}\n", placing.as_secs_f64(), IDLE as f64 / placing.as_secs_f64());
+    println!(
+        "{limit}; placements {:.1} s ({:.0}/s); sessions per host as listed: {per_host:?}\n",
+        placing.as_secs_f64(),
+        IDLE as f64 / placing.as_secs_f64()
+    );
     println!("| processes | VmRSS before, MiB | after 2 s idle, MiB | per session, MiB |");
     println!("|---|---|---|---|");
-    println!("| 3 capsule hosts | {:.1} | {:.1} | {:.3} |", mib(hosts_before), mib(hosts_after), per(hosts_before, hosts_after));
-    println!("| 3 nats-servers | {:.1} | {:.1} | {:.3} |", mib(nats_before), mib(nats_after), per(nats_before, nats_after));
+    println!(
+        "| 3 capsule hosts | {:.1} | {:.1} | {:.3} |",
+        mib(hosts_before),
+        mib(hosts_after),
+        per(hosts_before, hosts_after)
+    );
+    println!(
+        "| 3 nats-servers | {:.1} | {:.1} | {:.3} |",
+        mib(nats_before),
+        mib(nats_after),
+        per(nats_before, nats_after)
+    );
 }
 
 use capsule_actors::cluster::{self, Record, StreamLog};

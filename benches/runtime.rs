@@ -101,7 +101,11 @@ const ROWS: [usize; 5] = [1, 2, 10, 50, 100];
 
 /// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and, per row of
 /// [`ROWS`], the median overhead of the 5 turns up to it.
-fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool) -> std::collections::BTreeMap<usize, f64> {
+fn per_turn(
+    rt: &tokio::runtime::Runtime,
+    cluster: Option<ClusterHost>,
+    print: bool,
+) -> std::collections::BTreeMap<usize, f64> {
     rt.block_on(async {
         let mut turns: Vec<Turn> = (0..TURNS).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
@@ -198,7 +202,9 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
     }
     let per_turn_entries = (stored() - before) as f64 / (3 * (TURNS + 1)) as f64;
     println!("\n## Per-turn overhead: JetStream journal (3 nats-servers, R3, loopback) vs files\n");
-    println!("3 sessions each, alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n");
+    println!(
+        "3 sessions each, alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n"
+    );
     println!("| turn | files ms | JetStream ms | difference ms |");
     println!("|---|---|---|---|");
     for t in ROWS {
@@ -207,7 +213,9 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
         let (f, j) = (median(&mut f), median(&mut j));
         println!("| {t} | {f:.3} | {j:.3} | {:+.3} |", j - f);
     }
-    println!("\nJetStream entries stored per turn (conversation, trace and frames, each an acknowledged append): {per_turn_entries:.1}");
+    println!(
+        "\nJetStream entries stored per turn (conversation, trace and frames, each an acknowledged append): {per_turn_entries:.1}"
+    );
     drop(nats);
 }
 

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coalescer::CoalescerMsg;
-use crate::wire::WireRequest;
 use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
 use crate::names::role;
 use crate::peer::{Peer, wait};
 use crate::sink::DriverSink;
+use crate::wire::WireRequest;
 
 /// What a driver's gateway is asked: run one inference call through the driver component
 /// (and a test hook that crashes it).

@@ -211,7 +211,11 @@ pub async fn stored_entries(js: &async_nats::jetstream::Context, session: &str, 
     while let Ok(m) = stream.get_first_raw_message_by_subject(&subject, next).await {
         let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string()).unwrap_or_default();
         let writer = id.split(':').next().unwrap_or_default().to_string();
-        out.push(StoredEntry { sequence: m.sequence, value: serde_json::from_slice(&m.payload).expect("json"), writer });
+        out.push(StoredEntry {
+            sequence: m.sequence,
+            value: serde_json::from_slice(&m.payload).expect("json"),
+            writer,
+        });
         next = m.sequence + 1;
     }
     out

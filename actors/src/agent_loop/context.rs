@@ -176,7 +176,9 @@ mod tests {
         // Another producer's thinking blocks are left out; the producer's own are kept.
         let other = context.wire_request(&envelope(), 0, &producer("b")).expect("built");
         assert!(!other.json.contains("thinking") && other.json.contains("calling"));
-        assert!(context.wire_request(&envelope(), 0, &producer("a")).expect("built").json.contains("redacted_thinking"));
+        assert!(
+            context.wire_request(&envelope(), 0, &producer("a")).expect("built").json.contains("redacted_thinking")
+        );
     }
 
     #[test]

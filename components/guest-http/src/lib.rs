@@ -28,6 +28,8 @@
 //! driver), credentials (the host gateway adds them), the `wit` bindings
 //! (each component generates its own world).
 
+#[cfg(feature = "testing")]
+pub mod differential;
 pub mod exchange;
 pub mod http;
 pub mod input;

@@ -6,18 +6,11 @@
 use super::*;
 use serde_json::{Value, json};
 
-const REQUESTS: &str = include_str!("../../../guest-http/testdata/neutral_requests.jsonl");
-
-fn requests() -> impl Iterator<Item = &'static str> {
-    REQUESTS.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("//"))
-}
+use guest_http::differential;
 
 /// The new translation of a request given as text, its body parsed back.
 fn new(data: &str) -> Result<Value, String> {
-    let input = Input::parse(data).map_err(|e| format!("not JSON: {e}"))?;
-    let body = translate(&input)?;
-    Ok(serde_json::from_slice(&body)
-        .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&body))))
+    differential::parsed(data, translate)
 }
 
 fn old(data: &str) -> Result<Value, String> {
@@ -163,26 +156,12 @@ fn arguments_of_runtime_input_are_the_old_ones_exactly() {
 
 #[test]
 fn bodies_match_the_old_translation() {
-    let mut compared = 0;
-    for data in requests() {
-        if let Ok(expected) = old(data) {
-            assert_eq!(parsed_arguments(new(data)), parsed_arguments(Ok(expected)), "{data}");
-            compared += 1;
-        }
-    }
-    assert!(compared >= 25, "{compared}");
+    differential::bodies_match(&new, &old, parsed_arguments);
 }
 
 #[test]
 fn errors_match_the_old_translation() {
-    let mut compared = 0;
-    for data in requests() {
-        if let Err(expected) = old(data) {
-            assert_eq!(new(data), Err(expected), "{data}");
-            compared += 1;
-        }
-    }
-    assert!(compared >= 60, "{compared}");
+    differential::errors_match(&new, &old);
 }
 
 /// Requests made of the shared requests' messages, tools and params in
@@ -190,30 +169,5 @@ fn errors_match_the_old_translation() {
 /// serde_json, as the runtime writes it, so `arguments` compare exactly).
 #[test]
 fn shuffled_conversations_match_the_old_translation() {
-    let (mut messages, mut tools, mut params) = (Vec::new(), Vec::new(), vec![Value::Null]);
-    for data in requests() {
-        let Ok(Value::Object(req)) = serde_json::from_str::<Value>(data) else { continue };
-        if old(data).is_err() {
-            continue;
-        }
-        messages.extend(req.get("messages").and_then(Value::as_array).into_iter().flatten().cloned());
-        tools.extend(req.get("tools").and_then(Value::as_array).into_iter().flatten().cloned());
-        params.extend(req.get("params").cloned());
-    }
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
-    for _ in 0..300 {
-        let msgs: Vec<Value> = (0..next(12)).map(|_| messages[next(messages.len())].clone()).collect();
-        let tls: Vec<Value> = (0..next(4)).map(|_| tools[next(tools.len())].clone()).collect();
-        let system = ["", "s"][next(2)];
-        let req = json!({"model": "m", "max_tokens": 5, "system": system, "messages": msgs,
-                         "tools": tls, "params": params[next(params.len())]});
-        let data = req.to_string();
-        assert_eq!(new(&data), old(&data), "{data}");
-    }
+    differential::shuffled_match(&new, &old);
 }
