@@ -200,4 +200,7 @@ pub enum JournalError {
     /// A line could not be written.
     #[error("{code}: {0}; the step was not taken: check the disk has room and the session folder is writable", code = Code::JournalUnavailable)]
     Write(#[from] crate::journal::WriteFailed),
+    /// A message could not be serialized (not expected of the runtime's own types).
+    #[error("{code}: a message could not be serialized for the journal ({0}); the step was not taken", code = Code::JournalUnavailable)]
+    Serialize(#[source] serde_json::Error),
 }

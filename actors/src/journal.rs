@@ -9,9 +9,9 @@
 
 use crate::journal_check::SealedFile;
 use crate::journal_log::{JournalLog, LogError};
-use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceEvent;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::value::RawValue;
 use std::path::PathBuf;
 
 /// What the journal is asked: the loop's awaited appends (write before act), fire-and-forget
@@ -27,8 +27,9 @@ pub enum JournalMsg {
     Append {
         /// Trace events, in order.
         events: Vec<TraceEvent>,
-        /// Conversation messages, in order.
-        messages: Vec<Message>,
+        /// Conversation messages, in order, each already serialized (the JSON the loop's
+        /// context keeps for it, so a message is serialized once).
+        messages: Vec<Box<RawValue>>,
         /// Answered after the writes: the first failed write, if any.
         reply: RpcReplyPort<Result<(), WriteFailed>>,
     },
@@ -38,8 +39,8 @@ pub enum JournalMsg {
     Replace {
         /// Trace events, in order.
         events: Vec<TraceEvent>,
-        /// The whole new context.
-        messages: Vec<Message>,
+        /// The whole new context, each message serialized.
+        messages: Vec<Box<RawValue>>,
         /// Answered after the writes.
         reply: RpcReplyPort<Result<(), WriteFailed>>,
     },
@@ -121,6 +122,16 @@ async fn write_line(f: &mut dyn JournalLog, value: &impl serde::Serialize, faile
         Ok(line) => f.append(line).await,
         Err(e) => Err(LogError::Io(std::io::Error::other(e))),
     };
+    count_failure(written, failed)
+}
+
+/// Write a line already serialized.
+async fn write_raw(f: &mut dyn JournalLog, line: &RawValue, failed: &mut u64) -> Result<(), LogError> {
+    let written = f.append(line.get().as_bytes().to_vec()).await;
+    count_failure(written, failed)
+}
+
+fn count_failure(written: Result<(), LogError>, failed: &mut u64) -> Result<(), LogError> {
     if let Err(e) = &written {
         tracing::error!(error = %e, "journal write failed");
         *failed += 1;
@@ -202,7 +213,7 @@ impl JournalState {
 async fn append(
     state: &mut JournalState,
     marker: Option<serde_json::Value>,
-    messages: &[Message],
+    messages: &[Box<RawValue>],
     events: &[TraceEvent],
 ) -> Result<(), WriteFailed> {
     // A replaced context's marker comes first; if it is not written, nothing else is.
@@ -215,7 +226,7 @@ async fn append(
     let conversation = async {
         let mut first = Ok(());
         for m in messages {
-            if let Err(e) = write_line(state.conversation.as_mut(), m, &mut conversation_failed).await {
+            if let Err(e) = write_raw(state.conversation.as_mut(), m, &mut conversation_failed).await {
                 first = first.and(Err(e));
             }
         }

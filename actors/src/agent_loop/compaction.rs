@@ -106,8 +106,11 @@ impl LoopState {
         fields["messages_after"] = json!(candidate.len());
         let event =
             capsule_protocol::trace::TraceEvent::new(TraceKind::Compaction, self.sid(), crate::now_ms(), fields);
-        let replace =
-            |reply| crate::journal::JournalMsg::Replace { events: vec![event], messages: candidate.to_vec(), reply };
+        let replace = |reply| crate::journal::JournalMsg::Replace {
+            events: vec![event],
+            messages: candidate.serialized(),
+            reply,
+        };
         match self.peer(crate::names::role::JOURNAL).ask(replace, crate::peer::wait::JOURNAL).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e.to_string()),

@@ -57,9 +57,19 @@ impl Context {
         // Serializing our own types cannot fail (string keys, no non-finite floats); if it ever
         // did, the message is counted as `null` and sent by the fallback path of `wire_request`.
         let json = serde_json::value::to_raw_value(&m).unwrap_or_else(|_| null());
+        self.push_serialized(m, json);
+    }
+
+    /// Add a message with its JSON (`serde_json` of `m`, as the caller journaled it).
+    pub(crate) fn push_serialized(&mut self, m: Message, json: Box<RawValue>) {
         self.counter.push_json(json.get());
         self.json.push(json);
         self.messages.push(m);
+    }
+
+    /// Every message's JSON, in order (for the journal when the context replaces another).
+    pub(crate) fn serialized(&self) -> Vec<Box<RawValue>> {
+        self.json.clone()
     }
 
     /// Tokens of the messages from position `from` on.

@@ -79,8 +79,10 @@ impl LoopState {
         m: Message,
         events: Vec<(TraceKind, serde_json::Value)>,
     ) -> Result<(), JournalError> {
-        self.journal(vec![m.clone()], events).await?;
-        self.conversation.push(m);
+        // Serialized once: the journal writes this text and the context keeps it.
+        let json = serde_json::value::to_raw_value(&m).map_err(JournalError::Serialize)?;
+        self.journal(vec![json.clone()], events).await?;
+        self.conversation.push_serialized(m, json);
         Ok(())
     }
 
@@ -91,7 +93,7 @@ impl LoopState {
     /// Write messages and trace events and wait until they are written.
     pub(crate) async fn journal(
         &self,
-        messages: Vec<Message>,
+        messages: Vec<Box<serde_json::value::RawValue>>,
         events: Vec<(TraceKind, serde_json::Value)>,
     ) -> Result<(), JournalError> {
         let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
