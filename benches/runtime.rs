@@ -175,6 +175,8 @@ fn per_turn(
             let med = row[&t];
             println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} | {med:.3} | {call_ms:.3} ({inst}) | {} | {body_kib:.1} |", wall - stub_ms, tools.get(t - 1).copied().unwrap_or(0));
         }
+        let window = |a: usize, b: usize| median(&mut (a..=b).map(overhead).collect::<Vec<_>>());
+        println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {:.3} / {:.3} / {:.3} ms", window(2, 20), window(41, 60), window(81, 100));
         println!("\nFlatness: turn 100 / turn 1 = {:.2}; around turn 100 / around turn 2 = {:.2} (turn 1 also pays first-use costs)", row[&100] / row[&1], row[&100] / row[&2]);
         row
     })

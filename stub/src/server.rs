@@ -184,12 +184,15 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             (name.as_str().to_ascii_lowercase(), String::from_utf8_lossy(value.as_bytes()).into_owned())
         })
         .collect();
+    // What the answer needs of the request, read before the body moves into the log (a copy of
+    // a long conversation per request would be the stub's largest cost).
+    let asked = Asked::of(&body);
     let (entry, turn) = shared.recorder.begin(
         RecordedRequest {
             method: parts.method.to_string(),
             path: path.clone(),
             headers,
-            body: body.clone(),
+            body,
             received_unix_ns,
             stub_elapsed_ns: 0,
             event_sent_unix_ns: Vec::new(),
@@ -216,17 +219,28 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         return response;
     };
 
-    model_answer(&shared, provider, turn, &body, entry).await
+    model_answer(&shared, provider, turn, asked, entry).await
+}
+
+/// The fields of a model request the answer depends on.
+struct Asked {
+    model: String,
+    streaming: bool,
+    include_usage: bool,
+}
+
+impl Asked {
+    fn of(request: &Value) -> Asked {
+        Asked {
+            model: request.get("model").and_then(Value::as_str).unwrap_or(DEFAULT_MODEL).to_owned(),
+            streaming: request.get("stream") == Some(&Value::Bool(true)),
+            include_usage: request.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
+        }
+    }
 }
 
 /// Answers a model request from its turn.
-async fn model_answer(
-    shared: &Arc<Shared>,
-    provider: Provider,
-    turn: usize,
-    request: &Value,
-    entry: Entry,
-) -> Response {
+async fn model_answer(shared: &Arc<Shared>, provider: Provider, turn: usize, asked: Asked, entry: Entry) -> Response {
     let script = &shared.script;
     let error_body = |kind: &str, message: &str| match provider {
         Provider::Anthropic => anthropic::error_body(kind, message),
@@ -273,13 +287,11 @@ async fn model_answer(
         return response;
     }
 
-    let model = request.get("model").and_then(Value::as_str).unwrap_or(DEFAULT_MODEL).to_owned();
+    let Asked { model, streaming, include_usage } = asked;
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
     let plan = Plan::new(script, turn, model, created);
-    let streaming = request.get("stream") == Some(&Value::Bool(true));
 
     if streaming {
-        let include_usage = request.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
         let mut events = match provider {
             Provider::Anthropic => anthropic::stream(&plan),
             Provider::OpenAi => openai::stream(&plan, include_usage),
