@@ -116,11 +116,31 @@ impl<'a> Raw<'a> {
 pub fn valid_at(json: &str, enclosing: u32) -> bool {
     match json.as_bytes().first() {
         // `Value` refuses lone surrogates, which only a `\u` escape can make.
-        Some(b'"') => !json.contains("\\u") || serde_json::from_str::<Depth>(json).is_ok(),
+        Some(b'"') => !has_unicode_escape(json) || serde_json::from_str::<Depth>(json).is_ok(),
         Some(b't' | b'f' | b'n') => true,
         // Numbers (range), arrays and objects (everything inside).
         _ => matches!(serde_json::from_str::<Depth>(json), Ok(Depth(d)) if enclosing + d <= MAX_DEPTH),
     }
+}
+
+/// Whether a string literal holds a `\u` escape. Each backslash escapes the
+/// character after it, so `\\u` (an escaped backslash, then `u`) is not
+/// one. Found with `find(char)` (a word-at-a-time scan), not a substring
+/// search, whose set-up alone was a visible part of every call.
+fn has_unicode_escape(json: &str) -> bool {
+    let mut rest = json;
+    while let Some(at) = rest.find('\\') {
+        let after = &rest.as_bytes()[at + 1..];
+        match after.first() {
+            Some(b'u') => return true,
+            // Escapes are ASCII in a string serde_json has checked; anything
+            // else is left to the full check.
+            Some(c) if c.is_ascii() => rest = &rest[at + 2..],
+            Some(_) => return true,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Whether `text` is a JSON document `Value` would accept.
@@ -343,5 +363,24 @@ impl<'de, T: Deserialize<'de>> Lenient<'de> for List<T> {
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Reader::read(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_is_checked_in_full_only_when_it_holds_a_unicode_escape() {
+        // A lone surrogate only comes from a `\u` escape: refused, as `Value` refuses it.
+        assert!(!valid_at(r#""a\ud800""#, 0));
+        assert!(!valid_at(r#""\n\\\ud800""#, 0));
+        // An escaped backslash followed by `u` is no escape of its own.
+        assert!(!has_unicode_escape(r#""\\ud800""#));
+        assert!(valid_at(r#""\\ud800""#, 0));
+        assert!(has_unicode_escape(r#""x\u00e9""#));
+        assert!(valid_at(r#""x\u00e9 \ud83d\ude00""#, 0));
+        assert!(!has_unicode_escape(r#""é \n \" \\""#));
+        assert!(!has_unicode_escape(r#""trailing\"#));
     }
 }
