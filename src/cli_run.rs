@@ -386,15 +386,12 @@ pub async fn run_with(
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "files": session.files, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().map(|c| c.token_file.clone()), "door_token_file": session.door_auth.as_ref().map(|d| d.token_file.clone())})
+            serde_json::json!({"type": "ready", "session_id": session.session_id, "workdir": session.workdir, "files": session.files, "session_dir": session.dir, "url": door.url(), "control_token_file": session.control.as_ref().and_then(|c| c.token_file.clone()), "door_token_file": session.door_auth.as_ref().and_then(|d| d.token_file.clone())})
         );
     } else {
         eprintln!("session {} · workdir {} · door {}", session.session_id, session.workdir.display(), door.url());
-        if let Some(d) = &session.door_auth {
-            eprintln!(
-                "the door requires `Authorization: Bearer <token>`; the token is in {} (0600)",
-                d.token_file.display()
-            );
+        if let Some(file) = session.door_auth.as_ref().and_then(|d| d.token_file.as_ref()) {
+            eprintln!("the door requires `Authorization: Bearer <token>`; the token is in {} (0600)", file.display());
         }
     }
     for w in &session.warnings {

@@ -38,8 +38,19 @@ use capsule_protocol::Code;
 pub struct DoorAuth {
     /// Verifies presented tokens in constant time.
     pub key: crate::control::TokenKey,
-    /// `<session>/door.token`.
-    pub token_file: PathBuf,
+    /// `<session>/door.token`; `None` in a session claimed from a lost host, whose token was
+    /// minted there (its clients keep using it).
+    pub token_file: Option<PathBuf>,
+}
+
+/// The verification keys a session claimed from a lost host keeps (from the cluster's session
+/// book), so the door and control tokens its clients hold stay valid across the move.
+#[derive(Debug, Clone, Default)]
+pub struct KeptKeys {
+    /// The door token's.
+    pub door: Option<crate::control::TokenKey>,
+    /// The control token's.
+    pub control: Option<crate::control::TokenKey>,
 }
 
 /// The file in a session folder that holds the door's bearer token.
@@ -50,8 +61,9 @@ pub const DOOR_TOKEN_FILE: &str = "door.token";
 pub struct ControlHandle {
     /// Verifies presented tokens; the token itself is only in the file.
     pub key: crate::control::TokenKey,
-    /// The `0600` file the token was written to.
-    pub token_file: PathBuf,
+    /// The `0600` file the token was written to; `None` in a session claimed from a lost host
+    /// (the token was minted there).
+    pub token_file: Option<PathBuf>,
     /// Declared settings.
     pub settings: Vec<String>,
     /// Declared secrets.
@@ -113,7 +125,7 @@ impl Session {
 
     /// Prepare and start a session.
     pub async fn launch(opts: LaunchOptions) -> Result<Session, LaunchError> {
-        Self::start(opts, None, None, None).await
+        Self::start(opts, None, None, None, KeptKeys::default()).await
     }
 
     /// Answer once every trace line sent before is written and synced (the journal's mailbox
@@ -159,6 +171,7 @@ impl Session {
         resumed_id: Option<String>,
         resume: Option<crate::agent_loop::ResumeSeed>,
         lease: Option<crate::cluster::Lease>,
+        kept: KeptKeys,
     ) -> Result<Session, LaunchError> {
         let session_id = resumed_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::now_v7().simple()));
         let lease = match (&opts.cluster, lease) {
@@ -178,10 +191,20 @@ impl Session {
         let (choices, choice_warnings) = crate::choices::resolve(m);
         let mut warnings = prepared.warnings.clone();
         warnings.extend(choice_warnings);
+        // A fresh token per start (a session resumed from its folder gets a new one; the old
+        // file is replaced), except in a session claimed from a lost host: it keeps the keys the
+        // cluster's book holds, so its clients' tokens stay valid.
+        let token = |kept: Option<crate::control::TokenKey>, file: &str| match kept {
+            Some(key) => Ok((key, None)),
+            None => {
+                let path = dir.join(file);
+                crate::control::TokenKey::mint(&path)
+                    .map(|key| (key, Some(path.clone())))
+                    .map_err(|source| LaunchError::Io { path, source })
+            }
+        };
         let control = if m.control.enabled() {
-            let token_file = dir.join("control.token");
-            let key = crate::control::TokenKey::mint(&token_file)
-                .map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
+            let (key, token_file) = token(kept.control, "control.token")?;
             Some(ControlHandle {
                 key,
                 token_file,
@@ -191,12 +214,9 @@ impl Session {
         } else {
             None
         };
-        // A fresh token per start (a resumed session gets a new one; the old file is replaced).
         let door_auth = match m.network.authentication {
             capsule_protocol::manifest::DoorAuthentication::Bearer => {
-                let token_file = dir.join(DOOR_TOKEN_FILE);
-                let key = crate::control::TokenKey::mint(&token_file)
-                    .map_err(|source| LaunchError::Io { path: token_file.clone(), source })?;
+                let (key, token_file) = token(kept.door, DOOR_TOKEN_FILE)?;
                 Some(DoorAuth { key, token_file })
             }
             capsule_protocol::manifest::DoorAuthentication::None => None,

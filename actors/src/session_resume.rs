@@ -50,7 +50,9 @@ impl Session {
         seed.next_frame_id = next_frame_id;
         let _ = std::fs::remove_file(dir.join("control.token"));
         let _ = std::fs::remove_file(dir.join(crate::session::DOOR_TOKEN_FILE));
-        Self::start(opts, Some(session_id), Some(seed), None).await.map(|s| (s, reports))
+        Self::start(opts, Some(session_id), Some(seed), None, crate::session::KeptKeys::default())
+            .await
+            .map(|s| (s, reports))
     }
 
     /// Resume, on this host, a clustered session whose owner was lost: take its lease (refused
@@ -59,7 +61,11 @@ impl Session {
     /// one left unfinished is reported interrupted, a provider call in flight is made again,
     /// and frame ids continue after the last one stored. Its local folder is made under
     /// `opts.workdir`. Call [`Session::resume_task`] to continue its tasks.
-    pub async fn resume_from_cluster(opts: LaunchOptions, session_id: &str) -> Result<Session, LaunchError> {
+    pub async fn resume_from_cluster(
+        opts: LaunchOptions,
+        session_id: &str,
+        kept: crate::session::KeptKeys,
+    ) -> Result<Session, LaunchError> {
         let Some(c) = opts.cluster.clone() else {
             return Err(LaunchError::NotASession { path: session_id.into() });
         };
@@ -71,7 +77,7 @@ impl Session {
             return Err(LaunchError::AlreadyEnded { session: session_id.to_string() });
         }
         // The emitter continues the frame ids after the last one on the frames subject.
-        Self::start(opts, Some(session_id.to_string()), Some(seed), Some(lease)).await
+        Self::start(opts, Some(session_id.to_string()), Some(seed), Some(lease), kept).await
     }
 }
 

@@ -88,11 +88,15 @@ async fn run_sdk(version: &str) -> Value {
     let cap = anthropic_capsule(&stub.url(), &tools, "network: {authentication: bearer}\n");
     // A token from an earlier start of the same capsule: expired once that session ended.
     let earlier = cap.launch().await.expect("first launch");
-    let expired = std::fs::read_to_string(&earlier.door_auth.as_ref().expect("auth").token_file).expect("token");
+    let expired =
+        std::fs::read_to_string(earlier.door_auth.as_ref().expect("auth").token_file.as_ref().expect("minted here"))
+            .expect("token");
     earlier.shutdown().await;
 
     let session = std::sync::Arc::new(cap.launch().await.expect("launch"));
-    let token = std::fs::read_to_string(&session.door_auth.as_ref().expect("auth").token_file).expect("token");
+    let token =
+        std::fs::read_to_string(session.door_auth.as_ref().expect("auth").token_file.as_ref().expect("minted here"))
+            .expect("token");
     assert_ne!(token, expired, "each start mints a new token");
     let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
     let script = repo().join("tests/a2a/sdk_client.py");

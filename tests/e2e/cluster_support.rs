@@ -152,16 +152,28 @@ pub async fn via_api(host: &RunningHost, session: &str, request: &Value) -> (u16
     api_post(host, &format!("/sessions/{session}"), request).await
 }
 
+/// [`via_api`], presenting a door token (`X-Capsule-Door-Token`).
+pub async fn via_api_with_door_token(
+    host: &RunningHost,
+    session: &str,
+    door_token: &str,
+    request: &Value,
+) -> (u16, Value) {
+    api_post_with(host, &format!("/sessions/{session}"), request, Some(door_token)).await
+}
+
 /// `POST <api><path>` with the host's API token; the status and the JSON answer.
 pub async fn api_post(host: &RunningHost, path: &str, body: &Value) -> (u16, Value) {
+    api_post_with(host, path, body, None).await
+}
+
+async fn api_post_with(host: &RunningHost, path: &str, body: &Value, door_token: Option<&str>) -> (u16, Value) {
     let token = std::fs::read_to_string(&host.token_file).expect("token");
-    let answer = reqwest::Client::new()
-        .post(format!("{}{path}", host.api))
-        .bearer_auth(token.trim())
-        .json(body)
-        .send()
-        .await
-        .expect("the host API answers");
+    let mut request = reqwest::Client::new().post(format!("{}{path}", host.api)).bearer_auth(token.trim()).json(body);
+    if let Some(door) = door_token {
+        request = request.header("x-capsule-door-token", door);
+    }
+    let answer = request.send().await.expect("the host API answers");
     let status = answer.status().as_u16();
     (status, answer.json().await.expect("json"))
 }

@@ -63,7 +63,9 @@ impl Client {
 
 async fn client(cap: &Capsule, env: &[(&str, &str)]) -> (Arc<capsule_actors::Session>, Client) {
     let session = Arc::new(cap.launch_with_env(env).await.expect("launch"));
-    let token = std::fs::read_to_string(&session.control.as_ref().expect("surface").token_file).expect("token file");
+    let token =
+        std::fs::read_to_string(session.control.as_ref().expect("surface").token_file.as_ref().expect("minted here"))
+            .expect("token file");
     let app = door::app(session.clone());
     (session, Client { app, token })
 }

@@ -368,11 +368,13 @@ async fn a_door_with_bearer_authentication_refuses_every_request_without_its_tok
     let cap = anthropic_capsule(&stub.url(), &[], "network: {authentication: bearer}\n");
     let (s, d) = serve(&cap).await;
     let auth = s.door_auth.as_ref().expect("authentication on");
-    let token = std::fs::read_to_string(&auth.token_file).expect("token file");
+    let token = std::fs::read_to_string(auth.token_file.as_ref().expect("minted here")).expect("token file");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&auth.token_file).expect("meta").permissions().mode() & 0o777;
+        let mode =
+            std::fs::metadata(auth.token_file.as_ref().expect("minted here")).expect("meta").permissions().mode()
+                & 0o777;
         assert_eq!(mode, 0o600);
     }
     let client = reqwest::Client::new();

@@ -8,6 +8,7 @@ mod a2a_sdk;
 mod adversarial;
 mod bad_input;
 mod cluster;
+mod cluster_door_token;
 mod cluster_failover;
 mod cluster_fencing;
 mod cluster_host;

@@ -96,7 +96,8 @@ async fn a_door_beyond_loopback_serves_only_over_tls_and_only_with_its_token() {
     let ct = ("content-type", "application/json");
     let (status, _) = https(&client, port, "POST", "/", &[ct], &send).await;
     assert_eq!(status, 401, "no token, no task");
-    let token = std::fs::read_to_string(&s.door_auth.as_ref().expect("auth").token_file).expect("token");
+    let token = std::fs::read_to_string(s.door_auth.as_ref().expect("auth").token_file.as_ref().expect("minted here"))
+        .expect("token");
     let bearer = format!("Bearer {}", token.trim());
     let (status, answer) = https(&client, port, "POST", "/", &[ct, ("authorization", &bearer)], &send).await;
     assert_eq!(status, 200, "{answer}");

@@ -234,7 +234,7 @@ async fn watch_sends_the_door_token_from_its_file_and_says_so_when_it_is_missing
     let cap = anthropic_capsule(&stub.url(), &[], "network: {authentication: bearer}\n");
     let session = Arc::new(cap.launch().await.expect("launch"));
     let d = door::serve(session.clone(), "127.0.0.1:0".parse().expect("addr")).await.expect("door");
-    let token_file = session.door_auth.as_ref().expect("auth on").token_file.clone();
+    let token_file = session.door_auth.as_ref().expect("auth on").token_file.clone().expect("minted here");
 
     let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
         .args(["watch", &d.url()])

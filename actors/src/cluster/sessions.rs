@@ -26,6 +26,13 @@ pub struct SessionEntry {
     pub host: String,
     /// Its door's URL on that host.
     pub door: Option<String>,
+    /// The door token's verification key (hex SHA-256), so that a host that claims the session
+    /// accepts the token its clients already hold. Never the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door_key: Option<String>,
+    /// The control token's verification key, kept the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_key: Option<String>,
 }
 
 /// The session book.
@@ -90,5 +97,21 @@ impl Sessions {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_without_token_keys_still_reads_and_one_with_none_writes_none() {
+        let old = r#"{"capsule":"c","spec":"abc","host":"h0","door":"http://127.0.0.1:1/"}"#;
+        let entry: SessionEntry = serde_json::from_str(old).expect("an earlier entry reads");
+        assert_eq!((entry.door_key.as_deref(), entry.control_key.as_deref()), (None, None));
+        assert_eq!(serde_json::to_string(&entry).expect("json"), old, "no key fields are written when absent");
+        let keyed = SessionEntry { door_key: Some("ab".repeat(32)), ..entry };
+        let back: SessionEntry = serde_json::from_str(&serde_json::to_string(&keyed).expect("json")).expect("reads");
+        assert_eq!(back, keyed);
     }
 }

@@ -33,6 +33,20 @@ impl TokenKey {
         hex::encode(&self.hash[..8])
     }
 
+    /// The whole verification key (the token's SHA-256, hex): what a cluster keeps so that a
+    /// session moved to another host still accepts the token its clients hold. It cannot be
+    /// turned back into the token.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.hash)
+    }
+
+    /// The key [`to_hex`](Self::to_hex) wrote; `None` for anything but 64 hex characters.
+    pub fn from_hex(key: &str) -> Option<TokenKey> {
+        let mut hash = [0u8; 32];
+        hex::decode_to_slice(key, &mut hash).ok()?;
+        Some(TokenKey { hash })
+    }
+
     /// Whether `presented` is the token (constant time in the hash comparison).
     pub fn verify(&self, presented: &str) -> bool {
         let h: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
@@ -61,6 +75,12 @@ mod tests {
         assert!(!key.verify("not-the-token"));
         assert_eq!(key.id().len(), 16);
         assert!(!format!("{key:?}").contains(&token));
+        // The kept key verifies the same token, and only a whole key is taken back.
+        let kept = TokenKey::from_hex(&key.to_hex()).expect("a key");
+        assert!(kept.verify(&token) && !kept.verify("not-the-token"));
+        assert!(!key.to_hex().contains(&token));
+        assert!(TokenKey::from_hex(&key.to_hex()[..62]).is_none());
+        assert!(TokenKey::from_hex("zz").is_none());
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

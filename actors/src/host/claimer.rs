@@ -20,9 +20,10 @@ use std::time::Duration;
 use super::Shared;
 use super::supervisor::HostMsg;
 use crate::cluster::{ClusterError, ClusterHost, SessionEntry};
+use crate::control::TokenKey;
 use crate::error::LaunchError;
 use crate::launch::LaunchOptions;
-use crate::session::Session;
+use crate::session::{KeptKeys, Session};
 
 /// What the claimer is sent: its own round timer.
 pub enum ClaimerMsg {
@@ -41,18 +42,39 @@ pub struct ClaimerArgs {
 /// The claimer of a clustered host.
 pub struct Claimer;
 
-/// Enter `session` (of the capsule `spec`) in the cluster's book as this host's: its capsule is
-/// put in the cluster's store first (files already there are not sent again). Returns the
-/// entry and its revision.
+/// Enter `session` (of the capsule `spec`) in the cluster's book as this host's, with its
+/// tokens' verification keys: its capsule is put in the cluster's store first (files already
+/// there are not sent again). Returns the entry and its revision.
 pub(crate) async fn book(
     c: &ClusterHost,
     spec: &PlannedCapsule,
-    session: &str,
+    session: &Session,
 ) -> Result<(SessionEntry, u64), ClusterError> {
     let stored = c.files.submit(&spec.manifest, std::slice::from_ref(&spec.workdir)).await?;
-    let entry = SessionEntry { capsule: spec.name.clone(), spec: stored.hash(), host: c.name.clone(), door: None };
-    let revision = c.sessions.put(session, &entry).await?;
+    let entry = SessionEntry {
+        capsule: spec.name.clone(),
+        spec: stored.hash(),
+        host: c.name.clone(),
+        door: None,
+        door_key: session.door_auth.as_ref().map(|d| d.key.to_hex()),
+        control_key: session.control.as_ref().map(|c| c.key.to_hex()),
+    };
+    let revision = c.sessions.put(&session.session_id, &entry).await?;
     Ok((entry, revision))
+}
+
+/// The keys a claimed session keeps from its book entry. A key that is not one is dropped, and
+/// the session mints a new token for it (its clients then need the new one).
+fn kept_keys(session: &str, entry: &SessionEntry) -> KeptKeys {
+    let key = |what: &str, hex: &Option<String>| {
+        let hex = hex.as_deref()?;
+        let key = TokenKey::from_hex(hex);
+        if key.is_none() {
+            tracing::warn!(session, "the session book's {what} key is not a key; a new token is minted");
+        }
+        key
+    };
+    KeptKeys { door: key("door", &entry.door_key), control: key("control", &entry.control_key) }
 }
 
 /// Why a claim did not happen.
@@ -147,7 +169,7 @@ impl ClaimerArgs {
             machine: self.shared.machine.clone(),
             endpoint_override: None,
         };
-        let resumed = Arc::new(Session::resume_from_cluster(opts, session).await?);
+        let resumed = Arc::new(Session::resume_from_cluster(opts, session, kept_keys(session, entry)).await?);
         tracing::info!(session, capsule = entry.capsule, from = entry.host, "claimed a session whose host was lost");
         let spec = PlannedCapsule { name: entry.capsule.clone(), manifest, workdir, port: 0 };
         let _ = self.host.cast(HostMsg::Adopt { spec, session: resumed.clone() });

@@ -263,7 +263,7 @@ async fn open(
     // by a survivor if this host is lost.
     let booked = match &shared.cluster {
         None => None,
-        Some(c) => match crate::host::claimer::book(c, spec, &session.session_id).await {
+        Some(c) => match crate::host::claimer::book(c, spec, &session).await {
             Ok(b) => Some(b),
             Err(e) => {
                 session.shutdown().await;
