@@ -137,6 +137,9 @@ pub struct MachineState {
     cluster: Option<crate::cluster::ClusterSpend>,
     /// The UTC day each open cluster reservation was counted on (it settles there).
     cluster_days: std::collections::HashMap<Key, String>,
+    /// This meter's name in the cluster's reservation ids (random per start: two hosts' process
+    /// ids may be the same).
+    cluster_meter: String,
 }
 
 impl MachineState {
@@ -188,6 +191,11 @@ impl MachineState {
         }
     }
 
+    /// The id of the reservation `key` in the cluster's day total.
+    fn cluster_id(&self, key: &Key) -> String {
+        format!("{}/{}/{}", self.cluster_meter, key.0, key.1)
+    }
+
     /// A reservation decided by the cluster's day total (compare-and-set in KV), then recorded
     /// in this process's ledger. A cluster that cannot be asked refuses the call.
     async fn reserve_in_cluster(
@@ -199,7 +207,7 @@ impl MachineState {
         let ceiling = self.ceiling.unwrap_or(u64::MAX);
         let day = UtcDay::of((self.clock)()).to_string();
         let refused = |limit, used| Refusal { limit, ceiling: self.ceiling.unwrap_or(0), used, requested: tokens };
-        match cluster.reserve(&day, tokens, ceiling).await {
+        match cluster.reserve(&day, &self.cluster_id(&key), tokens, ceiling).await {
             Ok(Ok(())) => {}
             Ok(Err(used)) => {
                 self.refusals += 1;
@@ -222,9 +230,8 @@ impl MachineState {
     /// Settle in the cluster's day total what the reservation `key` spent (0 for a release).
     async fn cluster_settle(&mut self, key: &Key, spent: u64) {
         let Some(cluster) = self.cluster.clone() else { return };
-        let Some(reserved) = self.ledger.open.get(key).map(|o| o.tokens) else { return };
         let Some(day) = self.cluster_days.remove(key) else { return };
-        if let Err(e) = cluster.settle(&day, reserved, spent).await {
+        if let Err(e) = cluster.settle(&day, &self.cluster_id(key), spent).await {
             // The reservation stays counted in the cluster: refusing too much is safe.
             tracing::error!(error = %e, "spend: a settlement did not reach the cluster's day total");
         }
@@ -307,6 +314,7 @@ impl Actor for MachineMeter {
             refusals: 0,
             cluster: args.cluster,
             cluster_days: Default::default(),
+            cluster_meter: uuid::Uuid::now_v7().simple().to_string(),
         })
     }
 
