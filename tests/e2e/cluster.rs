@@ -1,6 +1,7 @@
 //! The cluster's storage and ownership primitives on a real 3-node NATS JetStream cluster
 //! (R3): journal records as subjects with fenced appends, leases in a KV bucket, a broker
-//! lost mid-run, an entry in an unknown format, and NATS unreachable at start.
+//! lost mid-run, an entry in an unknown format, NATS unreachable at start, and the frames
+//! writer storing the frames waiting together in one entry.
 
 use crate::nats::NatsCluster;
 use capsule_actors::cluster::{self, ClusterError, Leases, Record, StreamLog};
@@ -135,4 +136,87 @@ async fn nats_unreachable_at_start_is_a_coded_error_naming_the_url() {
     assert_eq!(e.code().as_str(), "E-CLU-001");
     assert!(e.to_string().contains(&url), "{e}");
     assert_eq!(cluster::split_urls(" nats://a:1,,nats://b:2 "), vec!["nats://a:1", "nats://b:2"]);
+}
+
+/// Stands in for the emitter: hands on every frame the writer says it stored.
+struct Collect;
+
+impl ractor::Actor for Collect {
+    type Msg = capsule_actors::emitter::EmitterMsg;
+    type State = tokio::sync::mpsc::UnboundedSender<capsule_protocol::frame::NumberedFrame>;
+    type Arguments = Self::State;
+
+    async fn pre_start(
+        &self,
+        _me: ractor::ActorRef<Self::Msg>,
+        tx: Self::State,
+    ) -> Result<Self::State, ractor::ActorProcessingErr> {
+        Ok(tx)
+    }
+
+    async fn handle(
+        &self,
+        _me: ractor::ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        tx: &mut Self::State,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        if let capsule_actors::emitter::EmitterMsg::Stored(n) = msg {
+            let _ = tx.send(n);
+        }
+        Ok(())
+    }
+}
+
+// One runtime thread: the five frames are all waiting before the writer first runs.
+#[tokio::test(flavor = "current_thread")]
+async fn frames_waiting_together_are_stored_in_one_entry_and_read_back_in_order() {
+    use capsule_actors::cluster::frames::{Pending, frames_of, writer};
+    use capsule_protocol::frame::{Frame, NumberedFrame};
+    let c = NatsCluster::start(3).await;
+    let js = jetstream(&c).await;
+    let (log, _) = StreamLog::open(&js, "ses_batch", Record::Frames).await.expect("open");
+    let (tx, mut stored) = tokio::sync::mpsc::unbounded_channel();
+    let (sink, _) = ractor::Actor::spawn(None, Collect, tx).await.expect("sink");
+    let frames = writer(log, sink);
+    let text = |id: u64| NumberedFrame {
+        id: Some(id),
+        frame: Frame::Text { id: "tsk_1".into(), text: format!("chunk {id}"), is_final: false },
+    };
+    for id in 1..=5 {
+        frames.send(Pending::Frame(text(id))).expect("writer runs");
+    }
+    // A frame without an id passes through in its place, stored nowhere.
+    frames.send(Pending::Frame(NumberedFrame { id: None, frame: Frame::CapsuleClosed {} })).expect("writer runs");
+    let mut handed = Vec::new();
+    while handed.len() < 6 {
+        handed.push(
+            tokio::time::timeout(Duration::from_secs(20), stored.recv()).await.expect("stored").expect("open").id,
+        );
+    }
+    assert_eq!(handed, vec![Some(1), Some(2), Some(3), Some(4), Some(5), None], "handed back in order once stored");
+    frames.send(Pending::Frame(text(6))).expect("writer runs");
+    let six = tokio::time::timeout(Duration::from_secs(20), stored.recv()).await.expect("stored").expect("open");
+    assert_eq!(six.id, Some(6));
+
+    let (_, entries) = StreamLog::open(&js, "ses_batch", Record::Frames).await.expect("read");
+    assert_eq!(entries.len(), 2, "one entry for the five waiting together, one for the sixth");
+    let batch: serde_json::Value = serde_json::from_slice(&entries[0]).expect("json");
+    assert_eq!(batch["frames"].as_array().map(Vec::len), Some(5), "{batch}");
+    let single: serde_json::Value = serde_json::from_slice(&entries[1]).expect("json");
+    assert_eq!(single["id"], 6, "a lone frame is stored as a frame line: {single}");
+    let ids: Vec<Option<u64>> = entries.iter().flat_map(|e| frames_of(e).expect("frames")).map(|f| f.id).collect();
+    assert_eq!(ids, (1..=6).map(Some).collect::<Vec<_>>());
+    let texts: Vec<String> = entries
+        .iter()
+        .flat_map(|e| frames_of(e).expect("frames"))
+        .map(|f| match f.frame {
+            Frame::Text { text, .. } => text,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(texts[4], "chunk 5");
+    // Neither form, or a batch holding something else, is not read as frames.
+    assert!(frames_of(br#"{"frames": 3}"#).is_none());
+    assert!(frames_of(br#"{"frames": [{"id": 1, "event": "no-such-event", "data": {}}]}"#).is_none());
+    assert!(frames_of(b"[1]").is_none());
 }

@@ -8,7 +8,7 @@
 
 use crate::cluster_support::*;
 use crate::nats::NatsCluster;
-use capsule_actors::cluster::{self, Record, StreamLog};
+use capsule_actors::cluster;
 use capsule_stub::StubHandle;
 use serde_json::Value;
 use std::path::Path;
@@ -119,11 +119,7 @@ async fn cluster_host_loss_moves_its_sessions_and_every_task_completes_without_a
                 assert_eq!(runs, 1, "{name}: the interrupted call {id} was not run again");
             }
             // Frame ids continue across the move: strictly increasing, none repeated.
-            let (_, frames) = StreamLog::open(&js, session, Record::Frames).await.expect("frames");
-            let ids: Vec<u64> = frames
-                .iter()
-                .filter_map(|f| serde_json::from_slice::<Value>(f).ok().and_then(|v| v["id"].as_u64()))
-                .collect();
+            let ids = stored_frame_ids(&js, session).await;
             assert!(ids.windows(2).all(|w| w[1] > w[0]), "{name}: frame ids {ids:?}");
         } else {
             assert!(interrupted.is_empty(), "{name} never moved: {interrupted:?}");

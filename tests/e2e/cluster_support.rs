@@ -184,6 +184,17 @@ pub async fn send_and_wait(door: &str, text: &str) -> Value {
     post_json_body(door, body.to_string()).await.1
 }
 
+/// The ids of the frames a session stored on JetStream, in stored order (each entry one frame
+/// or a batch of them).
+pub async fn stored_frame_ids(js: &async_nats::jetstream::Context, session: &str) -> Vec<u64> {
+    let (_, entries) = StreamLog::open(js, session, Record::Frames).await.expect("frames");
+    entries
+        .iter()
+        .flat_map(|e| capsule_actors::cluster::frames::frames_of(e).unwrap_or_else(|| panic!("a frames entry: {e:?}")))
+        .filter_map(|f| f.id)
+        .collect()
+}
+
 pub async fn trace(js: &async_nats::jetstream::Context, session: &str) -> Vec<Value> {
     let (_, entries) = StreamLog::open(js, session, Record::Trace).await.expect("trace");
     entries.iter().map(|e| serde_json::from_slice(e).expect("json")).collect()

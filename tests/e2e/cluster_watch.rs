@@ -7,7 +7,7 @@
 use crate::cluster_support::*;
 use crate::common::repo;
 use crate::nats::NatsCluster;
-use capsule_actors::cluster::{self, Record, StreamLog};
+use capsule_actors::cluster;
 use capsule_stub::StubHandle;
 use serde_json::Value;
 use std::process::Stdio;
@@ -65,12 +65,9 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
         assert!(tokio::time::Instant::now() < deadline, "the task did not complete on host B within 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, stored) = StreamLog::open(&js, &session, Record::Frames).await.expect("frames");
-    let last_stored = stored
-        .iter()
-        .filter_map(|f| serde_json::from_slice::<Value>(f).ok().and_then(|v| v["id"].as_u64()))
-        .max()
-        .expect("frames were stored");
+    let stored = stored_frame_ids(&js, &session).await;
+    assert_eq!(stored, (1..=stored.len() as u64).collect::<Vec<_>>(), "stored once each, in order");
+    let last_stored = *stored.last().expect("frames were stored");
 
     let mut ids = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

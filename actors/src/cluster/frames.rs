@@ -1,8 +1,13 @@
-//! A clustered session's frames on JetStream: one writer task per emitter appends each
-//! numbered frame to the session's `frames` subject (fenced like every journal record) and
-//! only then hands it back to the emitter to keep and send. Frames without an id pass
+//! A clustered session's frames on JetStream: one writer task per emitter appends the
+//! numbered frames to the session's `frames` subject (fenced like every journal record) and
+//! only then hands them back to the emitter to keep and send. Frames without an id pass
 //! through in order. A watcher therefore never sees a frame that a later owner, resuming from
 //! the stream, could number again.
+//!
+//! The frames waiting when an append starts go in that one append: an entry is one frame line
+//! (`{"id", "event", "data"}`) or, when several were waiting, a batch `{"frames": [line, …]}`
+//! of at most [`BATCH_BYTES`]. A burst (a status, text chunks, tool progress) then costs one
+//! acknowledged round trip instead of one per frame; readers take both forms ([`frames_of`]).
 
 use capsule_protocol::frame::NumberedFrame;
 use ractor::{ActorRef, RpcReplyPort};
@@ -19,32 +24,80 @@ pub enum Pending {
     Close(RpcReplyPort<()>),
 }
 
+/// The most bytes of frame lines one batch entry holds (JetStream's own default limit on a
+/// message is 1 MiB); a single larger frame is still stored, alone.
+pub const BATCH_BYTES: usize = 256 * 1024;
+
 /// Start the writer of `log`; it stops when the emitter drops the sender, or when an append
 /// fails (fenced: another host owns the session; or JetStream did not answer within its
 /// patience), after which nothing more is stored or sent.
 pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::UnboundedSender<Pending> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
     tokio::spawn(async move {
-        while let Some(p) = rx.recv().await {
-            match p {
-                Pending::Frame(n) => {
-                    if n.id.is_some()
-                        && let Err(e) = log.append(n.to_json_line().to_string().into_bytes()).await
-                    {
-                        tracing::error!(subject = log.subject(), error = %e, "a frame was not stored; no more frames are sent");
-                        return;
-                    }
-                    if emitter.cast(EmitterMsg::Stored(n)).is_err() {
-                        return;
+        let mut carried: Option<Pending> = None;
+        loop {
+            let first = match carried.take() {
+                Some(p) => p,
+                None => match rx.recv().await {
+                    Some(p) => p,
+                    None => return,
+                },
+            };
+            let mut batch = Vec::new();
+            let mut close = None;
+            let mut bytes = 0;
+            let mut next = Some(first);
+            // Take what is already waiting, up to a close or the size of one entry.
+            while let Some(p) = next.take() {
+                match p {
+                    Pending::Close(reply) => close = Some(reply),
+                    Pending::Frame(n) => {
+                        let line = n.id.map(|_| n.to_json_line().to_string());
+                        let size = line.as_ref().map_or(0, String::len);
+                        if bytes > 0 && bytes + size > BATCH_BYTES {
+                            carried = Some(Pending::Frame(n));
+                            break;
+                        }
+                        bytes += size;
+                        batch.push((n, line));
+                        next = rx.try_recv().ok();
                     }
                 }
-                Pending::Close(reply) => {
-                    let _ = emitter.cast(EmitterMsg::Closed(reply));
+            }
+            let lines: Vec<&str> = batch.iter().filter_map(|(_, l)| l.as_deref()).collect();
+            let entry = match lines.as_slice() {
+                [] => None,
+                [one] => Some(one.to_string()),
+                many => Some(format!("{{\"frames\":[{}]}}", many.join(","))),
+            };
+            if let Some(entry) = entry
+                && let Err(e) = log.append(entry.into_bytes()).await
+            {
+                tracing::error!(subject = log.subject(), error = %e, "frames were not stored; no more frames are sent");
+                return;
+            }
+            for (n, _) in batch {
+                if emitter.cast(EmitterMsg::Stored(n)).is_err() {
+                    return;
                 }
+            }
+            if let Some(reply) = close {
+                let _ = emitter.cast(EmitterMsg::Closed(reply));
             }
         }
     });
     tx
+}
+
+/// The frames of one stored entry, in order: a frame line, or a batch `{"frames": [line, …]}`.
+/// `None` when the entry is neither (or a line in the batch is not a frame).
+pub fn frames_of(entry: &[u8]) -> Option<Vec<NumberedFrame>> {
+    let v: serde_json::Value = serde_json::from_slice(entry).ok()?;
+    match v.get("frames") {
+        Some(serde_json::Value::Array(lines)) => lines.iter().map(crate::emitter::frame_from_value).collect(),
+        Some(_) => None,
+        None => crate::emitter::frame_from_value(&v).map(|f| vec![f]),
+    }
 }
 
 /// Follow `session`'s frames on JetStream from any host: first those already stored after
@@ -84,16 +137,18 @@ pub async fn follow(
                 m = messages.next() => {
                     let Some(m) = m else { return };
                     let Ok(m) = m else { continue };
-                    let Some(frame) = crate::emitter::parse_frame(&m.payload) else {
+                    let Some(frames) = frames_of(&m.payload) else {
                         tracing::warn!(subject = %m.subject, "{}: a frames entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry);
                         continue;
                     };
-                    match frame.id {
-                        Some(id) if id > last => last = id,
-                        _ => continue,
-                    }
-                    if tx.send(frame).await.is_err() {
-                        return;
+                    for frame in frames {
+                        match frame.id {
+                            Some(id) if id > last => last = id,
+                            _ => continue,
+                        }
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
                     }
                 }
                 _ = check.tick() => {
@@ -122,7 +177,7 @@ async fn ended(js: &async_nats::jetstream::Context, session: &str, subject: &str
     }
     let Ok(stream) = js.get_stream(super::JOURNAL_STREAM).await else { return false };
     match stream.get_last_raw_message_by_subject(subject).await {
-        Ok(m) => crate::emitter::parse_frame(&m.payload).and_then(|f| f.id).is_none_or(|id| id <= last),
+        Ok(m) => frames_of(&m.payload).and_then(|f| f.iter().filter_map(|f| f.id).max()).is_none_or(|id| id <= last),
         Err(_) => true,
     }
 }
