@@ -151,7 +151,7 @@ impl Actor for Emitter {
         };
         if let Some((js, session)) = &args.cluster {
             let (log, entries) = crate::cluster::StreamLog::open(js, session, crate::cluster::Record::Frames).await?;
-            refill(entries.iter().filter_map(|e| crate::cluster::frames::frames_of(e)).flatten().collect());
+            refill(entries.iter().filter_map(|l| parse_frame(l)).collect());
             stored = Some(crate::cluster::frames::writer(log, myself));
         } else if let Some(path) = &args.frames_path {
             refill(read_frames(path));
@@ -251,11 +251,7 @@ pub fn read_frames(path: &std::path::Path) -> Vec<NumberedFrame> {
 
 /// One journaled frame line (`{"id", "event", "data"}`), or `None` when it is not one.
 pub fn parse_frame(line: &[u8]) -> Option<NumberedFrame> {
-    frame_from_value(&serde_json::from_slice(line).ok()?)
-}
-
-/// A frame line already read as JSON.
-pub fn frame_from_value(v: &serde_json::Value) -> Option<NumberedFrame> {
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
     let frame: Frame = serde_json::from_value(serde_json::json!({"event": v["event"], "data": v["data"]})).ok()?;
     Some(NumberedFrame { id: v["id"].as_u64(), frame })
 }

@@ -125,10 +125,14 @@ async fn write_line(f: &mut dyn JournalLog, value: &impl serde::Serialize, faile
     count_failure(written, failed)
 }
 
-/// Write a line already serialized.
-async fn write_raw(f: &mut dyn JournalLog, line: &RawValue, failed: &mut u64) -> Result<(), LogError> {
-    let written = f.append(line.get().as_bytes().to_vec()).await;
-    count_failure(written, failed)
+/// Write the lines of one step to `f` (one entry on JetStream): the first failure, logged, and
+/// how many lines were not written.
+async fn append_all(f: &mut dyn JournalLog, lines: Vec<Vec<u8>>) -> (Result<(), LogError>, u64) {
+    let (written, failed) = f.append_all(lines).await;
+    if let Err(e) = &written {
+        tracing::error!(error = %e, "journal write failed");
+    }
+    (written, failed)
 }
 
 fn count_failure(written: Result<(), LogError>, failed: &mut u64) -> Result<(), LogError> {
@@ -205,11 +209,12 @@ impl JournalState {
 /// Write an optional marker line and `messages` to the conversation record, and `events` to
 /// the trace: the first failed write, if any (the conversation's first).
 ///
-/// After the marker, the two records are written at once: lines of one record go one after the
-/// other (each JetStream append is fenced on the last one's sequence), but a conversation line
-/// does not wait for a trace line's acknowledgement, so a step with both costs one round trip
-/// to JetStream, not two. The conversation's first line is sent first, so on one connection it
-/// reaches the stream first. A file journal's writes are immediate and keep this order.
+/// After the marker, the two records are written at once, each record's lines of the step in
+/// one append (one JetStream entry, a batch when there are several; each line of a file), and
+/// a conversation line does not wait for a trace line's acknowledgement: a step costs one round
+/// trip to JetStream, however many lines it has. The conversation's entry is sent first, so on
+/// one connection it reaches the stream first. A file journal's writes are immediate and keep
+/// this order.
 async fn append(
     state: &mut JournalState,
     marker: Option<serde_json::Value>,
@@ -222,27 +227,18 @@ async fn append(
     {
         return Err(WriteFailed { file: state.paths.conversation_path.clone(), source });
     }
-    let (mut conversation_failed, mut trace_failed) = (0, 0);
-    let conversation = async {
-        let mut first = Ok(());
-        for m in messages {
-            if let Err(e) = write_raw(state.conversation.as_mut(), m, &mut conversation_failed).await {
-                first = first.and(Err(e));
-            }
-        }
-        first
+    let lines = messages.iter().map(|m| m.get().as_bytes().to_vec()).collect();
+    let conversation = append_all(state.conversation.as_mut(), lines);
+    // A trace event that cannot be serialized (not expected of the runtime's own type) is a
+    // failed write; the others are still written.
+    let (lines, unserialized): (Vec<_>, Vec<_>) = events.iter().map(serde_json::to_vec).partition(Result::is_ok);
+    let trace = append_all(state.trace.as_mut(), lines.into_iter().filter_map(Result::ok).collect());
+    let ((conversation, conversation_failed), (trace, trace_failed)) = futures::future::join(conversation, trace).await;
+    state.failed_writes += conversation_failed + trace_failed + unserialized.len() as u64;
+    let trace = match unserialized.into_iter().find_map(Result::err) {
+        Some(e) => trace.and(Err(LogError::Io(std::io::Error::other(e)))),
+        None => trace,
     };
-    let trace = async {
-        let mut first = Ok(());
-        for ev in events {
-            if let Err(e) = write_line(state.trace.as_mut(), ev, &mut trace_failed).await {
-                first = first.and(Err(e));
-            }
-        }
-        first
-    };
-    let (conversation, trace) = futures::future::join(conversation, trace).await;
-    state.failed_writes += conversation_failed + trace_failed;
     let paths = &state.paths;
     conversation
         .map_err(|source| WriteFailed { file: paths.conversation_path.clone(), source })

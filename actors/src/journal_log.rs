@@ -28,6 +28,21 @@ pub enum LogError {
 pub trait JournalLog: Send {
     /// Append one serialized JSON object.
     fn append(&mut self, object: Vec<u8>) -> BoxFuture<'_, Result<(), LogError>>;
+    /// Append several objects of one step: the first failure, and how many objects were not
+    /// written. A file writes each line (every one is tried); a JetStream subject stores them
+    /// in one entry, in one round trip (all of them or none).
+    fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
+        Box::pin(async move {
+            let (mut first, mut failed) = (Ok(()), 0);
+            for o in objects {
+                if let Err(e) = self.append(o).await {
+                    failed += 1;
+                    first = first.and(Err(e));
+                }
+            }
+            (first, failed)
+        })
+    }
     /// Make what was appended durable (a JetStream entry already is once acknowledged).
     fn sync(&mut self) -> BoxFuture<'_, Result<(), LogError>>;
     /// The backend's position after the last append (a JetStream sequence; 0 for a file).
@@ -51,6 +66,16 @@ impl JournalLog for SealedFile {
 impl JournalLog for StreamLog {
     fn append(&mut self, object: Vec<u8>) -> BoxFuture<'_, Result<(), LogError>> {
         Box::pin(async move { StreamLog::append(self, object).await.map(|_| ()).map_err(LogError::from) })
+    }
+
+    fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
+        Box::pin(async move {
+            let n = objects.len() as u64;
+            match StreamLog::append_all(self, objects).await {
+                Ok(_) => (Ok(()), 0),
+                Err(e) => (Err(LogError::from(e)), n),
+            }
+        })
     }
 
     fn sync(&mut self) -> BoxFuture<'_, Result<(), LogError>> {

@@ -199,11 +199,11 @@ async fn frames_waiting_together_are_stored_in_one_entry_and_read_back_in_order(
     assert_eq!(six.id, Some(6));
 
     let (_, entries) = StreamLog::open(&js, "ses_batch", Record::Frames).await.expect("read");
-    assert_eq!(entries.len(), 2, "one entry for the five waiting together, one for the sixth");
-    let batch: serde_json::Value = serde_json::from_slice(&entries[0]).expect("json");
-    assert_eq!(batch["frames"].as_array().map(Vec::len), Some(5), "{batch}");
-    let single: serde_json::Value = serde_json::from_slice(&entries[1]).expect("json");
-    assert_eq!(single["id"], 6, "a lone frame is stored as a frame line: {single}");
+    let stored = stored_entries(&js, "ses_batch", Record::Frames).await;
+    assert_eq!(stored.len(), 2, "one entry for the five waiting together, one for the sixth");
+    assert_eq!(stored[0]["batch"].as_array().map(Vec::len), Some(5), "{}", stored[0]);
+    assert_eq!(stored[1]["id"], 6, "a lone frame is stored as a frame line: {}", stored[1]);
+    // Opening the record gives the frames one by one, in order.
     let ids: Vec<Option<u64>> = entries.iter().flat_map(|e| frames_of(e).expect("frames")).map(|f| f.id).collect();
     assert_eq!(ids, (1..=6).map(Some).collect::<Vec<_>>());
     let texts: Vec<String> = entries
@@ -215,8 +215,45 @@ async fn frames_waiting_together_are_stored_in_one_entry_and_read_back_in_order(
         })
         .collect();
     assert_eq!(texts[4], "chunk 5");
-    // Neither form, or a batch holding something else, is not read as frames.
-    assert!(frames_of(br#"{"frames": 3}"#).is_none());
-    assert!(frames_of(br#"{"frames": [{"id": 1, "event": "no-such-event", "data": {}}]}"#).is_none());
+    // A batch holding something else, or an entry that is not an object, is not read as frames.
+    assert!(frames_of(br#"{"batch": [{"id": 1, "event": "no-such-event", "data": {}}]}"#).is_none());
+    assert!(frames_of(br#"{"batch": [1]}"#).is_none());
     assert!(frames_of(b"[1]").is_none());
+}
+
+/// The raw entries of a record, as stored (batches not expanded).
+async fn stored_entries(js: &async_nats::jetstream::Context, session: &str, record: Record) -> Vec<serde_json::Value> {
+    let subject = cluster::subject(session, record).expect("subject");
+    let stream = js.get_stream(cluster::JOURNAL_STREAM).await.expect("stream");
+    let (mut out, mut next) = (Vec::new(), 1);
+    while let Ok(m) = stream.get_first_raw_message_by_subject(&subject, next).await {
+        out.push(serde_json::from_slice(&m.payload).expect("json"));
+        next = m.sequence + 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_appended_together_are_one_entry_and_read_back_one_by_one() {
+    let c = NatsCluster::start(3).await;
+    let js = jetstream(&c).await;
+    let (mut log, _) = StreamLog::open(&js, "ses_together", Record::Trace).await.expect("open");
+    log.append_all(vec![line(1), line(2), line(3)]).await.expect("one step");
+    log.append_all(vec![line(4)]).await.expect("a lone line");
+    assert_eq!(log.append_all(Vec::new()).await.expect("nothing"), log.last(), "nothing to append: no entry");
+    let stored = stored_entries(&js, "ses_together", Record::Trace).await;
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_eq!(stored[1], serde_json::json!({"n": 4}), "a lone object is stored as itself");
+    let (_, all) = StreamLog::open(&js, "ses_together", Record::Trace).await.expect("read");
+    assert_eq!(all, vec![line(1), line(2), line(3), line(4)], "in order, one by one");
+    // A batch holding something other than objects is an entry in an unknown format.
+    let (mut bad, _) = StreamLog::open(&js, "ses_badbatch", Record::Trace).await.expect("open");
+    bad.append(br#"{"batch": [{"n": 1}, 2]}"#.to_vec()).await.expect("stored as given");
+    let e = StreamLog::open(&js, "ses_badbatch", Record::Trace).await.expect_err("refused");
+    assert!(matches!(e, ClusterError::BadEntry { .. }) && e.to_string().contains("in a batch"), "{e}");
+    // An object with more keys than `batch` is a record of its own, not a batch.
+    let (mut other, _) = StreamLog::open(&js, "ses_notbatch", Record::Trace).await.expect("open");
+    other.append(br#"{"batch": [1], "event_type": "x"}"#.to_vec()).await.expect("stored");
+    let (_, read) = StreamLog::open(&js, "ses_notbatch", Record::Trace).await.expect("read");
+    assert_eq!(read.len(), 1);
 }

@@ -57,6 +57,14 @@ async fn a_clustered_session_journals_to_jetstream_and_stops_once_another_host_h
     };
     assert!(seq_of(&conversation_seq, "role", "user") < seq_of(&trace_seq, "event_type", "task_start"));
     assert!(seq_of(&conversation_seq, "role", "tool") < seq_of(&trace_seq, "event_type", "tool_call"));
+    // A reply asking for a tool: its `inference` line and the call's `tool_call_started` are
+    // one step, one entry.
+    assert_eq!(
+        seq_of(&trace_seq, "event_type", "inference"),
+        seq_of(&trace_seq, "event_type", "tool_call_started"),
+        "{:?}",
+        trace_seq.iter().map(|e| (e.sequence, e.value["event_type"].clone())).collect::<Vec<_>>()
+    );
     let (_, raw) = StreamLog::open(&a.js, &sid, Record::Trace).await.expect("trace");
     let start: Value = serde_json::from_slice(&raw[0]).expect("session_start");
     assert_eq!(start["cluster"]["host"], "host-a", "{start}");

@@ -225,7 +225,8 @@ pub struct StoredEntry {
     pub writer: String,
 }
 
-/// A record's entries on JetStream, in order.
+/// A record's entries on JetStream, in order, one per record (a batch's records each with
+/// the batch's sequence).
 pub async fn stored_entries(js: &async_nats::jetstream::Context, session: &str, record: Record) -> Vec<StoredEntry> {
     let subject = capsule_actors::cluster::subject(session, record).expect("subject");
     let stream = js.get_stream(capsule_actors::cluster::JOURNAL_STREAM).await.expect("stream");
@@ -234,11 +235,14 @@ pub async fn stored_entries(js: &async_nats::jetstream::Context, session: &str, 
     while let Ok(m) = stream.get_first_raw_message_by_subject(&subject, next).await {
         let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string()).unwrap_or_default();
         let writer = id.split(':').next().unwrap_or_default().to_string();
-        out.push(StoredEntry {
-            sequence: m.sequence,
-            value: serde_json::from_slice(&m.payload).expect("json"),
-            writer,
-        });
+        // A batch's records share its entry's sequence and writer.
+        for record in capsule_actors::cluster::records_of(&m.payload).expect("an entry of this runtime") {
+            out.push(StoredEntry {
+                sequence: m.sequence,
+                value: serde_json::from_slice(record).expect("json"),
+                writer: writer.clone(),
+            });
+        }
         next = m.sequence + 1;
     }
     out

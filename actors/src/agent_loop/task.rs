@@ -32,6 +32,8 @@ pub struct Running {
     pub(crate) calls: Vec<(String, String, serde_json::Value)>,
     pub(crate) next_call: usize,
     pub(crate) call_started: Instant,
+    /// The next call's `tool_call_started` is already journaled (it went in the reply's append).
+    pub(crate) started_journaled: bool,
     /// cl100k estimate of the current call's input.
     pub(crate) estimate: u64,
     /// The driver choice the current call uses.
@@ -144,6 +146,7 @@ impl LoopState {
             calls: Vec::new(),
             next_call: 0,
             call_started: now,
+            started_journaled: false,
             estimate: 0,
             choice: 0,
             waiting: None,
@@ -335,8 +338,18 @@ impl LoopState {
             Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
         // The `inference` line goes with the reply it produced: one append (one JetStream round
-        // trip for both records) instead of a trace line the reply's append waits behind.
-        if let Err(e) = self.record_with(message, vec![(TraceKind::Inference, fields)]).await {
+        // trip for both records) instead of a trace line the reply's append waits behind. So
+        // does the first call's `tool_call_started` when nothing can come between them (no
+        // `on-inference` hook; a declared tool, not the agent's switch): the records and their
+        // order are those of separate appends.
+        let mut events = vec![(TraceKind::Inference, fields)];
+        let first = calls.first().filter(|_| resp.stop_reason == StopReason::ToolCall);
+        let started_too = first.filter(|c| !self.hooked("on-inference") && self.runs_as_tool(&c.1));
+        if let Some((id, name, input)) = started_too {
+            events.push((TraceKind::ToolCallStarted, super::tool_calls::started_fields(&task_id, id, name, input)));
+        }
+        let started_journaled = started_too.is_some();
+        if let Err(e) = self.record_with(message, events).await {
             return self.fail_unjournaled(e).await;
         }
         let output_tokens = usage.map(|u| u.output_tokens).unwrap_or_else(|| crate::spend::tokens::count(&text));
@@ -355,6 +368,7 @@ impl LoopState {
                 if let Some(r) = self.running.as_mut() {
                     r.calls = calls;
                     r.next_call = 0;
+                    r.started_journaled = started_journaled;
                 }
                 self.run_next_call(myself).await;
             }

@@ -21,6 +21,12 @@ impl LoopState {
         self.run_next_call(myself).await;
     }
 
+    /// Whether a call of `name` runs a declared tool (not the agent's switch, not a refusal).
+    pub(crate) fn runs_as_tool(&self, name: &str) -> bool {
+        let switch = name == crate::choices::SWITCH_TOOL && self.config.agent_switch;
+        !switch && self.config.tools.iter().any(|t| t.name == name)
+    }
+
     pub(crate) async fn run_next_call(&mut self, myself: &ActorRef<LoopMsg>) {
         let declared: Vec<String> = self.config.tools.iter().map(|t| t.name.clone()).collect();
         let Some(r) = self.running.as_mut() else { return };
@@ -28,6 +34,7 @@ impl LoopState {
             return self.next_turn(myself).await;
         };
         r.call_started = Instant::now();
+        let started_journaled = std::mem::take(&mut r.started_journaled);
         let attempt = r.attempt;
         if name == crate::choices::SWITCH_TOOL && self.config.agent_switch {
             let target = input.get("driver").cloned().unwrap_or(serde_json::Value::Null);
@@ -66,9 +73,11 @@ impl LoopState {
             self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(),
             self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default(),
         );
-        let started = json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input});
-        if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, started)]).await {
-            return self.fail_unjournaled(e).await;
+        if !started_journaled {
+            let started = started_fields(&task_id, &call_id, &name, &input);
+            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, started)]).await {
+                return self.fail_unjournaled(e).await;
+            }
         }
         let tools = self.peer(role::TOOLS);
         let events: Arc<dyn capsule_runtime::GuestEvents> =
@@ -161,4 +170,9 @@ impl LoopState {
             }
         }
     }
+}
+
+/// The fields of a `tool_call_started` line.
+pub(crate) fn started_fields(task_id: &str, call_id: &str, name: &str, input: &serde_json::Value) -> serde_json::Value {
+    json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input})
 }

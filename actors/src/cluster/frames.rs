@@ -5,9 +5,10 @@
 //! the stream, could number again.
 //!
 //! The frames waiting when an append starts go in that one append: an entry is one frame line
-//! (`{"id", "event", "data"}`) or, when several were waiting, a batch `{"frames": [line, …]}`
-//! of at most [`BATCH_BYTES`]. A burst (a status, text chunks, tool progress) then costs one
-//! acknowledged round trip instead of one per frame; readers take both forms ([`frames_of`]).
+//! (`{"id", "event", "data"}`) or, when several were waiting, a batch of them
+//! ([`StreamLog::append_all`]) of at most [`BATCH_BYTES`]. A burst (a status, text chunks, tool
+//! progress) then costs one acknowledged round trip instead of one per frame; readers take
+//! both forms ([`frames_of`]).
 
 use capsule_protocol::frame::NumberedFrame;
 use ractor::{ActorRef, RpcReplyPort};
@@ -64,15 +65,8 @@ pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::Unboun
                     }
                 }
             }
-            let lines: Vec<&str> = batch.iter().filter_map(|(_, l)| l.as_deref()).collect();
-            let entry = match lines.as_slice() {
-                [] => None,
-                [one] => Some(one.to_string()),
-                many => Some(format!("{{\"frames\":[{}]}}", many.join(","))),
-            };
-            if let Some(entry) = entry
-                && let Err(e) = log.append(entry.into_bytes()).await
-            {
+            let lines: Vec<Vec<u8>> = batch.iter_mut().filter_map(|(_, l)| l.take().map(String::into_bytes)).collect();
+            if let Err(e) = log.append_all(lines).await {
                 tracing::error!(subject = log.subject(), error = %e, "frames were not stored; no more frames are sent");
                 return;
             }
@@ -89,15 +83,10 @@ pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::Unboun
     tx
 }
 
-/// The frames of one stored entry, in order: a frame line, or a batch `{"frames": [line, …]}`.
-/// `None` when the entry is neither (or a line in the batch is not a frame).
+/// The frames of one stored entry, in order: a frame line, or a batch of them. `None` when the
+/// entry is neither (or a line in the batch is not a frame).
 pub fn frames_of(entry: &[u8]) -> Option<Vec<NumberedFrame>> {
-    let v: serde_json::Value = serde_json::from_slice(entry).ok()?;
-    match v.get("frames") {
-        Some(serde_json::Value::Array(lines)) => lines.iter().map(crate::emitter::frame_from_value).collect(),
-        Some(_) => None,
-        None => crate::emitter::frame_from_value(&v).map(|f| vec![f]),
-    }
+    super::records_of(entry).ok()?.into_iter().map(crate::emitter::parse_frame).collect()
 }
 
 /// Follow `session`'s frames on JetStream from any host: first those already stored after

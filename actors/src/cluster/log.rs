@@ -135,6 +135,29 @@ impl StreamLog {
         &self.subject
     }
 
+    /// Append several JSON objects as one step: one entry, which is the object itself when
+    /// there is one, else a batch `{"batch": [object, …]}` (stored or refused whole; readers
+    /// get the objects back in order, see [`records_of`]). Returns the entry's sequence (the
+    /// last one when there is nothing to append).
+    pub async fn append_all(&mut self, mut objects: Vec<Vec<u8>>) -> Result<u64, ClusterError> {
+        match objects.len() {
+            0 => Ok(self.last),
+            1 => self.append(objects.pop().unwrap_or_default()).await,
+            _ => {
+                let mut batch = Vec::with_capacity(objects.iter().map(|o| o.len() + 1).sum::<usize>() + 12);
+                batch.extend_from_slice(b"{\"batch\":[");
+                for (i, o) in objects.iter().enumerate() {
+                    if i > 0 {
+                        batch.push(b',');
+                    }
+                    batch.extend_from_slice(o);
+                }
+                batch.extend_from_slice(b"]}");
+                self.append(batch).await
+            }
+        }
+    }
+
     /// Append one JSON object once nobody else appended since this writer's last entry;
     /// returns its stream sequence after JetStream acknowledged it. While JetStream does not
     /// answer it keeps trying (the same append, deduplicated) until it does: the step waits, it
@@ -208,20 +231,39 @@ async fn read(stream: &stream::Stream, subject: &str) -> Result<(Vec<Vec<u8>>, u
             Err(e) => return Err(ClusterError::js(format!("read {subject}"), e)),
         };
         let sequence = m.sequence;
-        match serde_json::from_slice::<serde_json::Value>(&m.payload) {
-            Ok(v) if v.is_object() => {}
-            Ok(_) => {
-                return Err(ClusterError::BadEntry {
-                    subject: subject.to_string(),
-                    sequence,
-                    why: "JSON, but not an object".into(),
-                });
-            }
-            Err(e) => {
-                return Err(ClusterError::BadEntry { subject: subject.to_string(), sequence, why: e.to_string() });
-            }
+        match records_of(&m.payload) {
+            Ok(records) => entries.extend(records.into_iter().map(<[u8]>::to_vec)),
+            Err(why) => return Err(ClusterError::BadEntry { subject: subject.to_string(), sequence, why }),
         }
-        entries.push(m.payload.to_vec());
         last = sequence;
+    }
+}
+
+/// The records of one stored entry, in order: the entry itself when it is a JSON object, or
+/// the objects of a batch (`{"batch": [object, …]}`, an object with that one key, written by
+/// [`StreamLog::append_all`]). An entry that is neither is refused, saying why.
+pub fn records_of(entry: &[u8]) -> Result<Vec<&[u8]>, String> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Batch<'a> {
+        #[serde(borrow)]
+        batch: Vec<&'a RawValue>,
+    }
+    let object = |raw: &[u8]| match serde_json::from_slice::<serde_json::Value>(raw) {
+        Ok(v) if v.is_object() => Ok(()),
+        Ok(_) => Err("JSON, but not an object".to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    object(entry)?;
+    match serde_json::from_slice::<Batch>(entry) {
+        Ok(b) => b
+            .batch
+            .into_iter()
+            .map(|r| {
+                object(r.get().as_bytes()).map(|()| r.get().as_bytes()).map_err(|why| format!("in a batch: {why}"))
+            })
+            .collect(),
+        Err(_) => Ok(vec![entry]),
     }
 }
