@@ -154,7 +154,9 @@ fn per_turn(
             let mut window: Vec<f64> = if t == 1 { vec![overhead(1)] } else { (t.saturating_sub(4).max(2)..=t).map(overhead).collect() };
             median(&mut window)
         };
-        let row: std::collections::BTreeMap<usize, f64> = ROWS.iter().map(|&t| (t, median_to(t))).collect();
+        let mut row: std::collections::BTreeMap<usize, f64> = ROWS.iter().map(|&t| (t, median_to(t))).collect();
+        // Key 0: the median over turns 2–100, the steadiest single figure of a session.
+        row.insert(0, median(&mut (2..=TURNS).map(overhead).collect::<Vec<_>>()));
         if !print {
             return row;
         }
@@ -209,11 +211,12 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
     );
     println!("| turn | files ms | JetStream ms | difference ms |");
     println!("|---|---|---|---|");
-    for t in ROWS {
+    for t in ROWS.into_iter().chain([0]) {
         let mut f: Vec<f64> = files.iter().map(|r| r[&t]).collect();
         let mut j: Vec<f64> = js.iter().map(|r| r[&t]).collect();
         let (f, j) = (median(&mut f), median(&mut j));
-        println!("| {t} | {f:.3} | {j:.3} | {:+.3} |", j - f);
+        let label = if t == 0 { format!("all of 2–{TURNS}") } else { t.to_string() };
+        println!("| {label} | {f:.3} | {j:.3} | {:+.3} |", j - f);
     }
     println!(
         "\nJetStream entries stored per turn (conversation, trace and frames, each an acknowledged append): {per_turn_entries:.1}"
