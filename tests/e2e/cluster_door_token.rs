@@ -68,14 +68,7 @@ async fn cluster_a_door_token_is_still_accepted_after_its_session_moves_to_anoth
     let (status, none) = via_api(&b, &session, &get).await;
     assert_eq!(status, 401, "no token through B: refused by A's door: {none}");
 
-    let root = a.root.path().to_path_buf();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while effects(&[&root], &name).len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the task did not get going within 60 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    a.child.start_kill().expect("kill -9");
-    let _ = a.child.wait().await;
+    kill_once_going(&mut a, &name).await;
 
     // Until B holds the session the answer is `503 moving`; from then on the token A minted
     // is accepted by B's door, never refused.

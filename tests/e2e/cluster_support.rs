@@ -204,6 +204,19 @@ pub fn completed(trace: &[Value]) -> bool {
     trace.iter().any(|e| e["event_type"] == "task_end" && e["exit_status"] == "ok")
 }
 
+/// Wait until capsule `name`'s task on `host` has made two tool calls, then kill the host
+/// (SIGKILL) mid-task.
+pub async fn kill_once_going(host: &mut RunningHost, name: &str) {
+    let root = host.root.path().to_path_buf();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while effects(&[&root], name).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the task did not get going within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    host.child.start_kill().expect("kill -9");
+    let _ = host.child.wait().await;
+}
+
 /// Every line any host's tools appended for capsule `name`: in its own workdir on its first
 /// host, and in the claimed session's workdir on a survivor.
 pub fn effects(hosts: &[&Path], name: &str) -> Vec<String> {

@@ -50,14 +50,7 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     let (status, through_b) = via_api(&b, &session, &get).await;
     assert_eq!(status, 200, "{through_b}");
     assert_eq!(through_b["result"]["id"], task.as_str(), "{through_b}");
-    let root = a.root.path().to_path_buf();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while effects(&[&root], &name).len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the task did not get going within 60 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    a.child.start_kill().expect("kill -9");
-    let _ = a.child.wait().await;
+    kill_once_going(&mut a, &name).await;
 
     let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
