@@ -29,6 +29,7 @@ mod journal_log;
 mod lease_keeper;
 mod session_resume;
 mod session_start;
+mod session_tokens;
 mod sink;
 mod supervisor;
 mod tools;

@@ -32,43 +32,7 @@ use crate::supervisor::{CapsuleSupervisor, ChildSpec, SupervisorArgs, Supervisor
 use crate::tools::{ToolEntry, ToolsArgs, ToolsMsg};
 use capsule_protocol::Code;
 
-/// The door's authentication: the token's verification key (the token itself is only in its
-/// `0600` file, shown once to the operator, never traced or logged).
-#[derive(Debug, Clone)]
-pub struct DoorAuth {
-    /// Verifies presented tokens in constant time.
-    pub key: crate::control::TokenKey,
-    /// `<session>/door.token`; `None` in a session claimed from a lost host, whose token was
-    /// minted there (its clients keep using it).
-    pub token_file: Option<PathBuf>,
-}
-
-/// The verification keys a session claimed from a lost host keeps (from the cluster's session
-/// book), so the door and control tokens its clients hold stay valid across the move.
-#[derive(Debug, Clone, Default)]
-pub struct KeptKeys {
-    /// The door token's.
-    pub door: Option<crate::control::TokenKey>,
-    /// The control token's.
-    pub control: Option<crate::control::TokenKey>,
-}
-
-/// The file in a session folder that holds the door's bearer token.
-pub const DOOR_TOKEN_FILE: &str = "door.token";
-
-/// The control surface of a session: the token's verification key and what is declared.
-#[derive(Debug, Clone)]
-pub struct ControlHandle {
-    /// Verifies presented tokens; the token itself is only in the file.
-    pub key: crate::control::TokenKey,
-    /// The `0600` file the token was written to; `None` in a session claimed from a lost host
-    /// (the token was minted there).
-    pub token_file: Option<PathBuf>,
-    /// Declared settings.
-    pub settings: Vec<String>,
-    /// Declared secrets.
-    pub secrets: Vec<String>,
-}
+pub use crate::session_tokens::{ControlHandle, DOOR_TOKEN_FILE, DoorAuth, KeptKeys};
 
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
@@ -191,36 +155,7 @@ impl Session {
         let (choices, choice_warnings) = crate::choices::resolve(m);
         let mut warnings = prepared.warnings.clone();
         warnings.extend(choice_warnings);
-        // A fresh token per start (a session resumed from its folder gets a new one; the old
-        // file is replaced), except in a session claimed from a lost host: it keeps the keys the
-        // cluster's book holds, so its clients' tokens stay valid.
-        let token = |kept: Option<crate::control::TokenKey>, file: &str| match kept {
-            Some(key) => Ok((key, None)),
-            None => {
-                let path = dir.join(file);
-                crate::control::TokenKey::mint(&path)
-                    .map(|key| (key, Some(path.clone())))
-                    .map_err(|source| LaunchError::Io { path, source })
-            }
-        };
-        let control = if m.control.enabled() {
-            let (key, token_file) = token(kept.control, "control.token")?;
-            Some(ControlHandle {
-                key,
-                token_file,
-                settings: m.control.settings.clone(),
-                secrets: m.control.secrets.clone(),
-            })
-        } else {
-            None
-        };
-        let door_auth = match m.network.authentication {
-            capsule_protocol::manifest::DoorAuthentication::Bearer => {
-                let (key, token_file) = token(kept.door, DOOR_TOKEN_FILE)?;
-                Some(DoorAuth { key, token_file })
-            }
-            capsule_protocol::manifest::DoorAuthentication::None => None,
-        };
+        let (control, door_auth) = crate::session_tokens::tokens(m, &dir, kept)?;
         let agent_switch = m.control.agent_settings.iter().any(|s| s == "inference.driver");
         let mut tools = tool_specs(&prepared);
         if agent_switch {
