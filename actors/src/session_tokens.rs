@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::LaunchError;
 use crate::control::TokenKey;
+use crate::error::LaunchError;
 
 /// The door's authentication: the token's verification key (the token itself is only in its
 /// `0600` file, shown once to the operator, never traced or logged).

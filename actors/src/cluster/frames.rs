@@ -6,7 +6,7 @@
 //!
 //! The frames waiting when an append starts go in that one append: an entry is one frame line
 //! (`{"id", "event", "data"}`) or, when several were waiting, a batch of them
-//! ([`StreamLog::append_all`]) of at most [`BATCH_BYTES`]. A burst (a status, text chunks, tool
+//! ([`StreamLog::append_all`]). A burst (a status, text chunks, tool
 //! progress) then costs one acknowledged round trip instead of one per frame; readers take
 //! both forms ([`frames_of`]).
 
@@ -24,10 +24,6 @@ pub enum Pending {
     /// The session's `Close`, answered after every frame before it.
     Close(RpcReplyPort<()>),
 }
-
-/// The most bytes of frame lines one batch entry holds (JetStream's own default limit on a
-/// message is 1 MiB); a single larger frame is still stored, alone.
-pub const BATCH_BYTES: usize = 256 * 1024;
 
 /// Start the writer of `log`; it stops when the emitter drops the sender, or when an append
 /// fails (fenced: another host owns the session; or JetStream did not answer within its
@@ -48,14 +44,15 @@ pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::Unboun
             let mut close = None;
             let mut bytes = 0;
             let mut next = Some(first);
-            // Take what is already waiting, up to a close or the size of one entry.
+            // Take what is already waiting, up to a close or the size of one entry
+            // (`BATCH_BYTES`; a single larger frame is stored alone).
             while let Some(p) = next.take() {
                 match p {
                     Pending::Close(reply) => close = Some(reply),
                     Pending::Frame(n) => {
                         let line = n.id.map(|_| n.to_json_line().to_string());
                         let size = line.as_ref().map_or(0, String::len);
-                        if bytes > 0 && bytes + size > BATCH_BYTES {
+                        if bytes > 0 && bytes + size > super::log::BATCH_BYTES {
                             carried = Some(Pending::Frame(n));
                             break;
                         }

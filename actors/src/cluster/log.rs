@@ -137,25 +137,15 @@ impl StreamLog {
 
     /// Append several JSON objects as one step: one entry, which is the object itself when
     /// there is one, else a batch `{"batch": [object, …]}` (stored or refused whole; readers
-    /// get the objects back in order, see [`records_of`]). Returns the entry's sequence (the
-    /// last one when there is nothing to append).
-    pub async fn append_all(&mut self, mut objects: Vec<Vec<u8>>) -> Result<u64, ClusterError> {
-        match objects.len() {
-            0 => Ok(self.last),
-            1 => self.append(objects.pop().unwrap_or_default()).await,
-            _ => {
-                let mut batch = Vec::with_capacity(objects.iter().map(|o| o.len() + 1).sum::<usize>() + 12);
-                batch.extend_from_slice(b"{\"batch\":[");
-                for (i, o) in objects.iter().enumerate() {
-                    if i > 0 {
-                        batch.push(b',');
-                    }
-                    batch.extend_from_slice(o);
-                }
-                batch.extend_from_slice(b"]}");
-                self.append(batch).await
-            }
+    /// get the objects back in order, see [`records_of`]). Objects of more than [`BATCH_BYTES`]
+    /// together take several entries, in order, so that no entry nears JetStream's limit on
+    /// one message (1 MiB by default); an object larger than that is stored alone. Returns the
+    /// last entry's sequence (the last one known when there is nothing to append).
+    pub async fn append_all(&mut self, objects: Vec<Vec<u8>>) -> Result<u64, ClusterError> {
+        for entry in batches(objects) {
+            self.append(entry).await?;
         }
+        Ok(self.last)
     }
 
     /// Append one JSON object once nobody else appended since this writer's last entry;
@@ -239,6 +229,45 @@ async fn read(stream: &stream::Stream, subject: &str) -> Result<(Vec<Vec<u8>>, u
     }
 }
 
+/// The most bytes of objects one batch entry holds.
+pub const BATCH_BYTES: usize = 256 * 1024;
+
+/// `objects` as entries, in order: each run of objects of at most [`BATCH_BYTES`] together is
+/// one entry (the object itself when alone, else a batch); a larger object is one entry alone.
+fn batches(objects: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut runs: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut bytes = 0;
+    for o in objects {
+        match runs.last_mut() {
+            Some(run) if bytes + o.len() <= BATCH_BYTES => {
+                bytes += o.len();
+                run.push(o);
+            }
+            _ => {
+                bytes = o.len();
+                runs.push(vec![o]);
+            }
+        }
+    }
+    runs.into_iter()
+        .map(|mut run| {
+            if run.len() == 1 {
+                return run.pop().unwrap_or_default();
+            }
+            let mut batch = Vec::with_capacity(run.iter().map(|o| o.len() + 1).sum::<usize>() + 12);
+            batch.extend_from_slice(b"{\"batch\":[");
+            for (i, o) in run.iter().enumerate() {
+                if i > 0 {
+                    batch.push(b',');
+                }
+                batch.extend_from_slice(o);
+            }
+            batch.extend_from_slice(b"]}");
+            batch
+        })
+        .collect()
+}
+
 /// The records of one stored entry, in order: the entry itself when it is a JSON object, or
 /// the objects of a batch (`{"batch": [object, …]}`, an object with that one key, written by
 /// [`StreamLog::append_all`]). An entry that is neither is refused, saying why.
@@ -265,5 +294,34 @@ pub fn records_of(entry: &[u8]) -> Result<Vec<&[u8]>, String> {
             })
             .collect(),
         Err(_) => Ok(vec![entry]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(n: usize, size: usize) -> Vec<u8> {
+        let pad = "x".repeat(size.saturating_sub(20));
+        format!(r#"{{"n":{n},"p":"{pad}"}}"#).into_bytes()
+    }
+
+    #[test]
+    fn objects_are_batched_in_order_up_to_the_entry_size_and_read_back_one_by_one() {
+        assert!(batches(Vec::new()).is_empty());
+        let one = batches(vec![object(1, 30)]);
+        assert_eq!(one, vec![object(1, 30)], "a lone object is its own entry");
+        let small: Vec<Vec<u8>> = (0..5).map(|n| object(n, 100)).collect();
+        let entries = batches(small.clone());
+        assert_eq!(entries.len(), 1);
+        assert_eq!(records_of(&entries[0]).expect("a batch"), small.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        // 100 KiB objects: two fit an entry; a 300 KiB one stands alone.
+        let big =
+            vec![object(0, 100 << 10), object(1, 100 << 10), object(2, 100 << 10), object(3, 300 << 10), object(4, 10)];
+        let entries = batches(big.clone());
+        assert_eq!(entries.len(), 4, "[0 1] [2] [3] [4]");
+        assert!(entries.iter().all(|e| e.len() <= BATCH_BYTES + 16 || records_of(e).expect("entry").len() == 1));
+        let back: Vec<&[u8]> = entries.iter().flat_map(|e| records_of(e).expect("entry")).collect();
+        assert_eq!(back, big.iter().map(Vec::as_slice).collect::<Vec<_>>(), "in order, none lost");
     }
 }
