@@ -31,43 +31,25 @@ pub enum Pending {
 pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::UnboundedSender<Pending> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
     tokio::spawn(async move {
-        let mut carried: Option<Pending> = None;
-        loop {
-            let first = match carried.take() {
-                Some(p) => p,
-                None => match rx.recv().await {
-                    Some(p) => p,
-                    None => return,
-                },
-            };
-            let mut batch = Vec::new();
-            let mut close = None;
-            let mut bytes = 0;
-            let mut next = Some(first);
-            // Take what is already waiting, up to a close or the size of one entry
-            // (`BATCH_BYTES`; a single larger frame is stored alone).
+        while let Some(first) = rx.recv().await {
+            // Take what is already waiting, up to a close; `append_all` makes entries of it.
+            let (mut batch, mut close, mut next) = (Vec::new(), None, Some(first));
             while let Some(p) = next.take() {
                 match p {
                     Pending::Close(reply) => close = Some(reply),
                     Pending::Frame(n) => {
-                        let line = n.id.map(|_| n.to_json_line().to_string());
-                        let size = line.as_ref().map_or(0, String::len);
-                        if bytes > 0 && bytes + size > super::log::BATCH_BYTES {
-                            carried = Some(Pending::Frame(n));
-                            break;
-                        }
-                        bytes += size;
-                        batch.push((n, line));
+                        batch.push(n);
                         next = rx.try_recv().ok();
                     }
                 }
             }
-            let lines: Vec<Vec<u8>> = batch.iter_mut().filter_map(|(_, l)| l.take().map(String::into_bytes)).collect();
+            let lines =
+                batch.iter().filter(|n| n.id.is_some()).map(|n| n.to_json_line().to_string().into_bytes()).collect();
             if let Err(e) = log.append_all(lines).await {
                 tracing::error!(subject = log.subject(), error = %e, "frames were not stored; no more frames are sent");
                 return;
             }
-            for (n, _) in batch {
+            for n in batch {
                 if emitter.cast(EmitterMsg::Stored(n)).is_err() {
                     return;
                 }
