@@ -74,16 +74,23 @@ pub(crate) enum GrantError {
 }
 
 impl Grants {
+    /// Whether the call gets a folder: a tool with a scope.
+    pub(crate) fn has_folder(&self) -> bool {
+        self.role == ArtifactRole::Tool && self.preopen.is_some()
+    }
+
     /// Build the WASI context. Network, DNS and the host's own env, args and stdio are never
-    /// inherited; stderr goes to `stderr` so a trap can be explained.
-    pub(crate) fn wasi_ctx(&self, stderr: MemoryOutputPipe) -> Result<WasiCtx, GrantError> {
+    /// inherited; stderr goes to `stderr` so a trap can be explained. `inline_files`: file
+    /// operations run on the calling thread instead of each on a blocking-pool thread.
+    pub(crate) fn wasi_ctx(&self, stderr: MemoryOutputPipe, inline_files: bool) -> Result<WasiCtx, GrantError> {
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr);
+        b.allow_blocking_current_thread(inline_files);
         b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         for (k, v) in &self.env {
             b.env(k, v);
         }
-        if let (ArtifactRole::Tool, Some(scope)) = (self.role, &self.preopen) {
+        if let (true, Some(scope)) = (self.has_folder(), &self.preopen) {
             let dir = scope.resolve().map_err(GrantError::Scope)?;
             // The kernel opens exactly the folder just resolved; `dir` may close after this.
             b.preopened_dir(dir.fd_path(), ".", FsPerms::ReadWrite).map_err(GrantError::Wasi)?;

@@ -213,7 +213,7 @@ impl LoadedArtifact {
                 source: "a driver or tool has no lifecycle export".into(),
             });
         };
-        let mut store = new_store(host, grants, events, &self.name)?;
+        let mut store = new_store(host, grants, events, &self.name, false)?;
         let deadline = Duration::from_secs(grants.limits.deadline_seconds);
         let hook = match pre.instantiate_async(&mut store).await {
             Ok(h) => h,

@@ -119,3 +119,20 @@ async fn guest_spin_forever_is_interrupted_at_its_deadline() {
     assert!(matches!(out.result, Err(CallError::Deadline { .. })), "{:?}", out.result);
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "interrupted, not left running");
 }
+
+/// A guest that never calls the host holds a runtime thread for one epoch tick at a time, not
+/// for its whole deadline: on a runtime with one thread, another task runs while it spins.
+#[tokio::test(flavor = "current_thread")]
+async fn guest_spin_forever_lets_the_runtimes_other_tasks_run() {
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let _ = tx.send(std::time::Instant::now());
+    });
+    let limits = Limits { deadline_seconds: 1, ..Limits::default() };
+    let out = call("guest-spin-forever", &tool_grants(None, limits), "").await;
+    let ended = std::time::Instant::now();
+    assert!(matches!(out.result, Err(CallError::Deadline { .. })), "{:?}", out.result);
+    let other = rx.try_recv().expect("the other task ran while the guest spun");
+    assert!(other < ended);
+}
