@@ -106,7 +106,10 @@ impl SlotState {
     async fn launch(&mut self, myself: &ActorRef<SlotMsg>) {
         self.set(CapsuleState::Starting);
         let adopted = self.args.adopted.take();
-        match open(&self.args.spec, &self.args.shared, myself.get_cell(), adopted).await {
+        // Boxed: a session's launch is a large future (every actor it starts, inline), and
+        // unboxed it would size the slot's message loop, which every capsule keeps for its
+        // whole life (about 90 KiB each, most of an idle capsule's memory).
+        match Box::pin(open(&self.args.spec, &self.args.shared, myself.get_cell(), adopted)).await {
             Ok((r, booked)) => {
                 self.booked = booked;
                 self.session_id = Some(r.session.session_id.clone());
@@ -125,7 +128,8 @@ impl SlotState {
     /// Shut the running session down gracefully and close its door.
     async fn stop_session(&mut self) {
         if let Some(r) = self.running.take() {
-            r.session.shutdown().await;
+            // Boxed for the same reason as the launch.
+            Box::pin(r.session.shutdown()).await;
             r.door.close();
         }
         if let Some(unbook) = self.unbook() {
