@@ -1,0 +1,172 @@
+//! One sandboxed call at a time, timed by the runtime, for BENCHMARKS.md.
+//! Run: `cargo bench --bench calls`
+//!
+//! - **The file tool lists a folder** (`components/dist/tool-files.wasm`, a folder of five
+//!   entries): the call as the tools actor makes it, a tool with a folder, so it runs on a
+//!   blocking-pool thread with its file operations inline (`LoadedArtifact::call`).
+//! - **A driver's work before it sends, by history length.** `driver-anthropic` and
+//!   `driver-openai` get a neutral request of 1 + 2·N messages (N tool calls listing a folder,
+//!   each with its result, the shape of the runtime bench's task) with no gateway route, so the
+//!   policy refuses the request the driver built: each call is instantiate + read + translate +
+//!   the refused `wasi:http` request + the error result. µs per KiB is the call's time over the
+//!   request's size; the growth between rows is the per-KiB cost of reading and translating.
+//!
+//! Figures are medians of `CALLS` calls after `WARMUP` untimed ones, in µs: `instantiate` and
+//! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, the hop to the
+//! call's thread and the store's drop).
+
+use capsule_protocol::manifest::Limits;
+use capsule_protocol::neutral::{Block, DriverRequest, Message, Role};
+use capsule_runtime::{
+    ArtifactRole, Grants, Host, HostOptions, LoadedArtifact, NoEvents, OutgoingPolicy, Scope, ToolInput, ToolStatus,
+    gateway_address,
+};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+const CALLS: usize = 300;
+const WARMUP: usize = 20;
+/// History lengths (tool calls so far) of the driver rows.
+const HISTORY: [usize; 5] = [0, 10, 50, 100, 200];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Medians of (instantiate, call, wall) over `CALLS` calls; `check` sees every result.
+async fn time(
+    host: &Host,
+    artifact: &LoadedArtifact,
+    grants: &Grants,
+    data: &str,
+    check: impl Fn(&capsule_runtime::CallOutcome),
+) -> (f64, f64, f64) {
+    let (mut inst, mut call, mut wall) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..WARMUP + CALLS {
+        let t0 = Instant::now();
+        let input = ToolInput { data: Some(data.to_string()), log_path: None };
+        let out = artifact.call(host, grants, Arc::new(NoEvents), input).await;
+        let w = t0.elapsed();
+        check(&out);
+        if i >= WARMUP {
+            inst.push(out.instantiate_time.as_secs_f64() * 1e6);
+            call.push(out.call_time.as_secs_f64() * 1e6);
+            wall.push(w.as_secs_f64() * 1e6);
+        }
+    }
+    (median(inst), median(call), median(wall))
+}
+
+/// The neutral request after `turns` folder listings.
+fn request(turns: usize) -> String {
+    let mut messages = vec![Message::user_text("List the folder, and again after each answer.")];
+    for i in 0..turns {
+        let id = format!("call_{i}");
+        let call = Block::ToolCall { id: id.clone(), name: "files".into(), input: json!({"op": "list", "path": "."}) };
+        messages.push(Message {
+            role: Role::Assistant,
+            content: vec![call],
+            tool_call_id: None,
+            is_error: None,
+            produced_by: None,
+        });
+        let listing = "Cargo.toml\nREADME.md\nsrc/\nsrc/lib.rs\nsrc/main.rs\ntests/\nnotes.txt\n";
+        messages.push(Message::tool_result(&id, listing, false));
+    }
+    let request = DriverRequest {
+        model: "bench-model".into(),
+        max_tokens: 1024,
+        system: "You are a careful agent.".into(),
+        messages,
+        tools: Vec::new(),
+        params: serde_json::Map::new(),
+        continuation_id: None,
+        prompt_cache_key: "bench:0.1.0".into(),
+    };
+    serde_json::to_string(&request).expect("serializes")
+}
+
+fn limits() -> Limits {
+    Limits { deadline_seconds: 120, ..Limits::default() }
+}
+
+async fn file_tool(host: &Host) {
+    let tool =
+        LoadedArtifact::load_file(host, "files", &repo().join("components/dist/tool-files.wasm")).expect("loads");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("src")).expect("mkdir");
+    for f in ["Cargo.toml", "README.md", "notes.txt", "src/lib.rs"] {
+        std::fs::write(dir.path().join(f), "x").expect("write");
+    }
+    let grants = Grants {
+        role: ArtifactRole::Tool,
+        env: Vec::new(),
+        preopen: Some(Scope { workdir: dir.path().to_path_buf(), relative: ".".into() }),
+        limits: limits(),
+        policy: OutgoingPolicy::default(),
+        disk: Default::default(),
+    };
+    let listed = |o: &capsule_runtime::CallOutcome| {
+        let r = o.result.as_ref().expect("the tool returns");
+        assert!(r.data.as_deref().unwrap_or("").contains("Cargo.toml"), "{r:?}");
+    };
+    let (i, c, w) = time(host, &tool, &grants, r#"{"op":"list","path":"."}"#, listed).await;
+    println!("## The file tool lists a folder ({CALLS} calls, medians, µs)\n");
+    println!("| instantiate | call | wall |\n|---|---|---|\n| {i:.0} | {c:.0} | {w:.0} |\n");
+}
+
+async fn driver(host: &Host, name: &str) {
+    let path = repo().join(format!("components/dist/driver-{name}.wasm"));
+    let artifact = LoadedArtifact::load_file(host, name, &path).expect("loads");
+    let env = [
+        ("MURMUR_INFERENCE_ENDPOINT", gateway_address()),
+        ("MURMUR_INFERENCE_MODEL", "bench-model".to_string()),
+        ("MURMUR_INFERENCE_DRIVER", name.to_string()),
+        ("MURMUR_INFERENCE_TRANSPORT", "http".to_string()),
+    ];
+    let grants = Grants {
+        role: ArtifactRole::Driver,
+        env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        preopen: None,
+        limits: limits(),
+        policy: OutgoingPolicy::default(),
+        disk: Default::default(),
+    };
+    let refused = |o: &capsule_runtime::CallOutcome| {
+        let r = o.result.as_ref().expect("the driver returns");
+        assert_eq!(r.status, ToolStatus::Failed, "{r:?}");
+        assert!(r.summary.as_deref().unwrap_or("").contains("HttpRequestDenied"), "{r:?}");
+    };
+    println!("## driver-{name}: the request refused by policy, by history length ({CALLS} calls each, medians, µs)\n");
+    println!("| tool calls in the history | request bytes | instantiate | call | wall | call µs per KiB |");
+    println!("|---|---|---|---|---|---|");
+    for turns in HISTORY {
+        let data = request(turns);
+        let (i, c, w) = time(host, &artifact, &grants, &data, refused).await;
+        let per_kib = c / (data.len() as f64 / 1024.0);
+        println!("| {turns} | {} | {i:.0} | {c:.0} | {w:.0} | {per_kib:.1} |", data.len());
+    }
+    println!();
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let cache = repo().join("target/bench-component-cache");
+        let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
+        println!("# One call at a time\n");
+        file_tool(&host).await;
+        driver(&host, "anthropic").await;
+        driver(&host, "openai").await;
+    });
+}
