@@ -244,7 +244,9 @@ async fn restart(
     error: String,
 ) -> Result<(), ActorProcessingErr> {
     tracing::warn!(session = %state.session_id, %role, %error, "restarting child");
-    let new = spawn_child(&state.session_id, &spec, myself.get_cell()).await?;
+    // Boxed: a child's spawn holds its `pre_start` inline; unboxed it would size this
+    // supervisor's message loop for the session's whole life.
+    let new = Box::pin(spawn_child(&state.session_id, &spec, myself.get_cell())).await?;
     *state.restarts.entry(role.clone()).or_default() += 1;
     let ev = TraceEvent::new(
         TraceKind::ActorRestarted,

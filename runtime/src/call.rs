@@ -211,7 +211,9 @@ impl LoadedArtifact {
         input: ToolInput,
     ) -> CallOutcome {
         if !grants.has_folder() {
-            return self.call_here(host, grants, events, input, false).await;
+            // Boxed: the call's future is several KiB, and an actor that awaits it inline in a
+            // handler would keep that much in its message loop for its whole life.
+            return Box::pin(self.call_here(host, grants, events, input, false)).await;
         }
         let (this, host, grants) = (self.clone(), host.clone(), grants.clone());
         let runtime = tokio::runtime::Handle::current();

@@ -136,3 +136,24 @@ async fn guest_spin_forever_lets_the_runtimes_other_tasks_run() {
     let other = rx.try_recv().expect("the other task ran while the guest spun");
     assert!(other < ended);
 }
+
+/// A tool with a folder runs on a thread of its own; dropping its call still stops it there,
+/// long before its deadline: the store (which holds the call's event sink) is dropped.
+#[tokio::test]
+async fn a_dropped_call_of_a_tool_with_a_folder_stops_on_its_thread() {
+    let scope = tempfile::tempdir().expect("tempdir");
+    let limits = Limits { deadline_seconds: 600, ..Limits::default() };
+    let grants = tool_grants(Some(scope.path().to_path_buf()), limits);
+    let host = host();
+    let spin = LoadedArtifact::load_file(&host, "guest-spin-forever", &dist("guest-spin-forever")).expect("loads");
+    let events = Arc::new(NoEvents);
+    let input = ToolInput { data: None, log_path: None };
+    let call = spin.call(&host, &grants, events.clone(), input);
+    let cut = tokio::time::timeout(std::time::Duration::from_millis(300), call).await;
+    assert!(cut.is_err(), "the guest spins until it is stopped");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while Arc::strong_count(&events) > 1 {
+        assert!(std::time::Instant::now() < deadline, "the call went on after it was dropped");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
