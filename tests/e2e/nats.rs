@@ -71,9 +71,31 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Start `n` servers forming one cluster, and wait until each reports healthy (JetStream
     /// with a meta leader).
+    ///
+    /// Ports are picked free and then released, so another test process can take one before
+    /// its server binds it; that server then exits. A start in which a server exits is tried
+    /// again on new ports (up to `ATTEMPTS`), and each cluster has its own name, so a route that
+    /// reaches another test's server is refused instead of joining the two clusters.
     pub async fn start(n: usize) -> NatsCluster {
+        const ATTEMPTS: usize = 3;
         let bin = nats_server();
+        let mut why = String::new();
+        for attempt in 0..ATTEMPTS {
+            let mut c = NatsCluster::configure(n, bin.clone());
+            for i in 0..n {
+                c.spawn(i);
+            }
+            match c.all_healthy().await {
+                Ok(()) => return c,
+                Err(e) => why = format!("attempt {}: {e}", attempt + 1),
+            }
+        }
+        panic!("the nats-server cluster did not start in {ATTEMPTS} attempts; last: {why}");
+    }
+
+    fn configure(n: usize, bin: PathBuf) -> NatsCluster {
         let dir = tempfile::tempdir().expect("tempdir");
+        let name = format!("capsule-test-{}", dir.path().file_name().and_then(|f| f.to_str()).unwrap_or("x"));
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let route_list = routes.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
         let mut nodes = Vec::new();
@@ -91,11 +113,13 @@ impl NatsCluster {
                 monitor.to_string(),
                 "-n".into(),
                 format!("n{i}"),
+                "-l".into(),
+                dir.path().join(format!("n{i}.log")).display().to_string(),
             ];
             if n > 1 {
                 args.extend([
                     "--cluster_name".into(),
-                    "capsule-test".into(),
+                    name.clone(),
                     "--cluster".into(),
                     format!("nats://127.0.0.1:{route}"),
                     "--routes".into(),
@@ -104,14 +128,7 @@ impl NatsCluster {
             }
             nodes.push(Node { args, child: None, client, monitor });
         }
-        let mut c = NatsCluster { nodes, _dir: dir, bin };
-        for i in 0..n {
-            c.spawn(i);
-        }
-        for i in 0..n {
-            c.wait_healthy(i).await;
-        }
-        c
+        NatsCluster { nodes, _dir: dir, bin }
     }
 
     fn spawn(&mut self, i: usize) {
@@ -125,17 +142,46 @@ impl NatsCluster {
         node.child = Some(child);
     }
 
-    async fn wait_healthy(&self, i: usize) {
-        let url = format!("http://127.0.0.1:{}/healthz", self.nodes[i].monitor);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = reqwest::get(&url).await
-                && r.status().is_success()
-            {
-                return;
+    /// The end of server `i`'s log, to say why it is not healthy.
+    fn log_tail(&self, i: usize) -> String {
+        let log = std::fs::read_to_string(self._dir.path().join(format!("n{i}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    }
+
+    /// Wait until every running server (not those killed) is healthy; `Err` as soon as one has
+    /// exited, or after 60 s, with that server's log.
+    async fn all_healthy(&mut self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].child.is_none() {
+                continue;
             }
-            assert!(tokio::time::Instant::now() < deadline, "nats-server n{i} was not healthy within 30 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let url = format!("http://127.0.0.1:{}/healthz", self.nodes[i].monitor);
+            loop {
+                if let Ok(r) = reqwest::get(&url).await
+                    && r.status().is_success()
+                {
+                    break;
+                }
+                for j in 0..self.nodes.len() {
+                    let exited = self.nodes[j].child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                    if let Some(status) = exited {
+                        return Err(format!("nats-server n{j} exited ({status}): {}", self.log_tail(j)));
+                    }
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!("nats-server n{i} was not healthy within 60 s: {}", self.log_tail(i)));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_healthy(&mut self) {
+        if let Err(e) = self.all_healthy().await {
+            panic!("{e}");
         }
     }
 
@@ -166,15 +212,13 @@ impl NatsCluster {
                 self.spawn(i);
             }
         }
-        for i in 0..self.nodes.len() {
-            self.wait_healthy(i).await;
-        }
+        self.wait_healthy().await;
     }
 
     /// Start server `i` again with its store, and wait until it is healthy.
     pub async fn restart(&mut self, i: usize) {
         self.spawn(i);
-        self.wait_healthy(i).await;
+        self.wait_healthy().await;
     }
 }
 
