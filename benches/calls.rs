@@ -11,6 +11,10 @@
 //!   the refused `wasi:http` request + the error result. µs per KiB is the call's time over the
 //!   request's size; the growth between rows is the per-KiB cost of reading and translating.
 //!
+//! `CAPSULE_BENCH_BEFORE=<folder>` adds a row per history length for the drivers of that folder
+//! (say, `components/dist` of an earlier commit), measured in the same run, the two builds'
+//! calls taking turns, so a change to a driver is compared within one run of a noisy machine.
+//!
 //! Figures are medians of `CALLS` calls after `WARMUP` untimed ones, in µs: `instantiate` and
 //! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, the hop to the
 //! call's thread and the store's drop).
@@ -48,20 +52,34 @@ async fn time(
     data: &str,
     check: impl Fn(&capsule_runtime::CallOutcome),
 ) -> (f64, f64, f64) {
-    let (mut inst, mut call, mut wall) = (Vec::new(), Vec::new(), Vec::new());
+    time_each(host, &[artifact], grants, data, check).await.remove(0)
+}
+
+/// [`time`] for several builds of one artifact, their calls taking turns, so that the machine's
+/// noise falls on each alike.
+async fn time_each(
+    host: &Host,
+    artifacts: &[&LoadedArtifact],
+    grants: &Grants,
+    data: &str,
+    check: impl Fn(&capsule_runtime::CallOutcome),
+) -> Vec<(f64, f64, f64)> {
+    let mut samples = vec![(Vec::new(), Vec::new(), Vec::new()); artifacts.len()];
     for i in 0..WARMUP + CALLS {
-        let t0 = Instant::now();
-        let input = ToolInput { data: Some(data.to_string()), log_path: None };
-        let out = artifact.call(host, grants, Arc::new(NoEvents), input).await;
-        let w = t0.elapsed();
-        check(&out);
-        if i >= WARMUP {
-            inst.push(out.instantiate_time.as_secs_f64() * 1e6);
-            call.push(out.call_time.as_secs_f64() * 1e6);
-            wall.push(w.as_secs_f64() * 1e6);
+        for (artifact, (inst, call, wall)) in artifacts.iter().zip(&mut samples) {
+            let t0 = Instant::now();
+            let input = ToolInput { data: Some(data.to_string()), log_path: None };
+            let out = artifact.call(host, grants, Arc::new(NoEvents), input).await;
+            let w = t0.elapsed();
+            check(&out);
+            if i >= WARMUP {
+                inst.push(out.instantiate_time.as_secs_f64() * 1e6);
+                call.push(out.call_time.as_secs_f64() * 1e6);
+                wall.push(w.as_secs_f64() * 1e6);
+            }
         }
     }
-    (median(inst), median(call), median(wall))
+    samples.into_iter().map(|(inst, call, wall)| (median(inst), median(call), median(wall))).collect()
 }
 
 /// The neutral request after `turns` folder listings.
@@ -123,8 +141,17 @@ async fn file_tool(host: &Host) {
 }
 
 async fn driver(host: &Host, name: &str) {
-    let path = repo().join(format!("components/dist/driver-{name}.wasm"));
-    let artifact = LoadedArtifact::load_file(host, name, &path).expect("loads");
+    let mut builds = vec![("now", repo().join("components/dist"))];
+    if let Some(before) = std::env::var_os("CAPSULE_BENCH_BEFORE") {
+        builds.insert(0, ("before", PathBuf::from(before)));
+    }
+    let artifacts: Vec<(&str, LoadedArtifact)> = builds
+        .iter()
+        .map(|(label, dir)| {
+            let path = dir.join(format!("driver-{name}.wasm"));
+            (*label, LoadedArtifact::load_file(host, name, &path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        })
+        .collect();
     let env = [
         ("MURMUR_INFERENCE_ENDPOINT", gateway_address()),
         ("MURMUR_INFERENCE_MODEL", "bench-model".to_string()),
@@ -145,13 +172,16 @@ async fn driver(host: &Host, name: &str) {
         assert!(r.summary.as_deref().unwrap_or("").contains("HttpRequestDenied"), "{r:?}");
     };
     println!("## driver-{name}: the request refused by policy, by history length ({CALLS} calls each, medians, µs)\n");
-    println!("| tool calls in the history | request bytes | instantiate | call | wall | call µs per KiB |");
-    println!("|---|---|---|---|---|---|");
+    println!("| tool calls in the history | build | request bytes | instantiate | call | wall | call µs per KiB |");
+    println!("|---|---|---|---|---|---|---|");
+    let loaded: Vec<&LoadedArtifact> = artifacts.iter().map(|(_, artifact)| artifact).collect();
     for turns in HISTORY {
         let data = request(turns);
-        let (i, c, w) = time(host, &artifact, &grants, &data, refused).await;
-        let per_kib = c / (data.len() as f64 / 1024.0);
-        println!("| {turns} | {} | {i:.0} | {c:.0} | {w:.0} | {per_kib:.1} |", data.len());
+        let timed = time_each(host, &loaded, &grants, &data, refused).await;
+        for ((label, _), (i, c, w)) in artifacts.iter().zip(timed) {
+            let per_kib = c / (data.len() as f64 / 1024.0);
+            println!("| {turns} | {label} | {} | {i:.0} | {c:.0} | {w:.0} | {per_kib:.1} |", data.len());
+        }
     }
     println!();
 }

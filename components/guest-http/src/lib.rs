@@ -7,7 +7,8 @@
 //! - [`input`]: the checks made before anything is sent;
 //! - [`neutral`]: the neutral request read in one pass, borrowed from the
 //!   input, with the checks and error messages both drivers share
-//!   ([`lenient`] is its JSON reading machinery);
+//!   ([`lenient`] holds its readers, [`scan`] the byte-level JSON scanner
+//!   under them);
 //! - [`wire`]: writing the provider body as JSON text, fragments copied
 //!   verbatim;
 //! - [`http`]: one POST through `wasi:http` (the `wasip2` crate), the
@@ -35,6 +36,7 @@ pub mod http;
 pub mod input;
 pub mod lenient;
 pub mod neutral;
+pub mod scan;
 pub mod shape;
 pub mod sse;
 pub mod target;

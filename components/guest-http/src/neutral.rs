@@ -8,8 +8,10 @@
 //! a [`Raw`]: its JSON text, borrowed, copied later without being decoded
 //! or re-encoded. Values the drivers only inspect (`role`, `type`, keys) are
 //! decoded, borrowed when they hold no escape. The only allocations are
-//! the lists of messages, blocks, tools and `params` entries, and the
-//! decoding of an inspected string or key that holds an escape.
+//! the lists of messages, tools and `params` entries, the blocks of a
+//! message that holds more than one (one block is kept inline), an image's
+//! `source`, and the decoding of an inspected string or key that holds an
+//! escape.
 //!
 //! Guarantees, the same as when the request was read as a
 //! `serde_json::Value` (see [`crate::lenient`]): the same documents are
@@ -29,10 +31,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::MapAccess;
-
-use crate::lenient::{Depth, Fields, Key, Lenient, List, Reader, skip};
+use crate::lenient::{Fields, List, Read, raw, skip};
 pub use crate::lenient::{Obj, Raw, Shape};
+use crate::scan::{Refused, Scan};
 
 /// A parsed `tool-input.data`: any JSON value, a [`Request`] when it is an
 /// object.
@@ -46,11 +47,15 @@ impl<'a> Input<'a> {
     /// Read the document. The error is serde_json's for the first thing in
     /// it that is not valid JSON, exactly as `Value` would report it.
     pub fn parse(data: &'a str) -> Result<Self, serde_json::Error> {
-        match serde_json::from_str::<Obj<Request<'a>>>(data) {
+        let mut scan = Scan::new(data);
+        match Obj::<Request<'a>>::read(&mut scan).and_then(|request| scan.end().map(|()| request)) {
             Ok(request) => Ok(Input { request, size: data.len() }),
-            // A refused fragment: ask serde_json where and why, as `Value`
-            // reading the whole document would have said.
-            Err(e) => Err(serde_json::from_str::<Depth>(data).err().unwrap_or(e)),
+            // Refused: ask serde_json where and why, as `Value` reading the
+            // whole document says.
+            Err(Refused) => Err(match serde_json::from_str::<serde_json::Value>(data) {
+                Err(e) => e,
+                Ok(_) => serde::de::Error::custom("the scanner refused a document serde_json accepts"),
+            }),
         }
     }
 
@@ -79,17 +84,16 @@ pub struct Request<'a> {
     tools: Option<List<Obj<Tool<'a>>>>,
 }
 
-impl<'de> Fields<'de> for Request<'de> {
-    const DEPTH: u32 = 1;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "model" => self.model = Self::raw(map)?,
-            "max_tokens" => self.max_tokens = Self::raw(map)?,
-            "system" => self.system = Self::raw(map)?,
-            "params" => self.params = Some(map.next_value()?),
-            "messages" => self.messages = Some(map.next_value()?),
-            "tools" => self.tools = Some(map.next_value()?),
-            _ => skip(map)?,
+impl<'a> Fields<'a> for Request<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "model" => self.model = raw(scan)?,
+            "max_tokens" => self.max_tokens = raw(scan)?,
+            "system" => self.system = raw(scan)?,
+            "params" => self.params = Some(Read::read(scan)?),
+            "messages" => self.messages = Some(Read::read(scan)?),
+            "tools" => self.tools = Some(Read::read(scan)?),
+            _ => skip(scan)?,
         }
         Ok(())
     }
@@ -154,13 +158,12 @@ impl<'a> Request<'a> {
 #[derive(Debug, Default)]
 pub struct Params<'a>(Vec<(Cow<'a, str>, Raw<'a>)>);
 
-impl<'de> Fields<'de> for Params<'de> {
-    const DEPTH: u32 = 2;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        let value = crate::lenient::next_raw(map, Self::DEPTH)?;
-        match self.0.iter_mut().find(|(k, _)| *k == key.0) {
+impl<'a> Fields<'a> for Params<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        let value = Raw::read(scan)?;
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = value,
-            None => self.0.push((key.0, value)),
+            None => self.0.push((key, value)),
         }
         Ok(())
     }
@@ -199,15 +202,14 @@ pub struct Message<'a> {
     is_error: Option<Raw<'a>>,
 }
 
-impl<'de> Fields<'de> for Message<'de> {
-    const DEPTH: u32 = 3;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "role" => self.role = Self::raw(map)?,
-            "content" => self.content = map.next_value()?,
-            "tool_call_id" => self.tool_call_id = Self::raw(map)?,
-            "is_error" => self.is_error = Self::raw(map)?,
-            _ => skip(map)?,
+impl<'a> Fields<'a> for Message<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "role" => self.role = raw(scan)?,
+            "content" => self.content = Read::read(scan)?,
+            "tool_call_id" => self.tool_call_id = raw(scan)?,
+            "is_error" => self.is_error = raw(scan)?,
+            _ => skip(scan)?,
         }
         Ok(())
     }
@@ -224,7 +226,8 @@ impl<'a> Message<'a> {
     pub fn blocks(&self, i: usize) -> Result<&[Obj<Block<'a>>], String> {
         match &self.content {
             Content::Null => Ok(&[]),
-            Content::Blocks(b) => Ok(b),
+            Content::One(b) => Ok(std::slice::from_ref(b)),
+            Content::Many(b) => Ok(b),
             Content::Other => Err(format!("{}.content must be an array of blocks", At::Message(i))),
         }
     }
@@ -241,37 +244,49 @@ impl<'a> Message<'a> {
     }
 }
 
-/// A message's `content`.
+/// A message's `content`. Most messages hold one block, kept without an
+/// allocation of its own.
 #[derive(Debug, Default)]
 enum Content<'a> {
     #[default]
     Null,
-    Blocks(Vec<Obj<Block<'a>>>),
+    One(Obj<Block<'a>>),
+    Many(Vec<Obj<Block<'a>>>),
     Other,
 }
 
-impl<'de> Lenient<'de> for Content<'de> {
-    fn other() -> Self {
-        Content::Other
-    }
-    fn null() -> Self {
-        Content::Null
-    }
-    fn string(s: &str) -> Self {
-        let text = Block { kind: Some(Raw::literal("\"text\"")), text: Some(Raw::quoted(s)), ..Block::default() };
-        Content::Blocks(vec![Obj { shape: Shape::Object, fields: text }])
-    }
-    fn seq<A: serde::de::SeqAccess<'de>>(seq: A) -> Result<Self, A::Error> {
-        match <List<Obj<Block<'de>>> as Lenient<'de>>::seq(seq)? {
-            List::Items(blocks) => Ok(Content::Blocks(blocks)),
-            _ => Ok(Content::Other),
+impl<'a> Content<'a> {
+    fn push(&mut self, block: Obj<Block<'a>>) {
+        *self = match std::mem::take(self) {
+            Content::Many(blocks) if blocks.is_empty() => Content::One(block),
+            Content::One(first) => Content::Many(vec![first, block]),
+            Content::Many(mut blocks) => {
+                blocks.push(block);
+                Content::Many(blocks)
+            }
+            // Not reached: `read` starts an array with `Many`.
+            Content::Null | Content::Other => Content::One(block),
         }
     }
 }
 
-impl<'de> serde::Deserialize<'de> for Content<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Reader::read(d)
+impl<'a> Read<'a> for Content<'a> {
+    fn read(scan: &mut Scan<'a>) -> Result<Self, Refused> {
+        match scan.peek() {
+            // A bare string reads as one text block.
+            Some(b'"') => {
+                let text = Raw::string_literal(scan.string()?)?;
+                let text = Block { kind: Some(Raw::literal("\"text\"")), text: Some(text), ..Block::default() };
+                Ok(Content::One(Obj { shape: Shape::Object, fields: text }))
+            }
+            Some(b'[') => {
+                let mut content = Content::Many(Vec::new());
+                scan.array(|scan| Obj::read(scan).map(|block| content.push(block)))?;
+                Ok(content)
+            }
+            Some(b'n') => skip(scan).map(|()| Content::Null),
+            _ => skip(scan).map(|()| Content::Other),
+        }
     }
 }
 
@@ -297,22 +312,22 @@ pub struct Block<'a> {
     input: Option<Raw<'a>>,
     signature: Option<Raw<'a>>,
     data: Option<Raw<'a>>,
-    source: Option<Obj<Source<'a>>>,
+    // Boxed: rare, and a block is kept inline in its message.
+    source: Option<Box<Obj<Source<'a>>>>,
 }
 
-impl<'de> Fields<'de> for Block<'de> {
-    const DEPTH: u32 = 5;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "type" => self.kind = Self::raw(map)?,
-            "text" => self.text = Self::raw(map)?,
-            "id" => self.id = Self::raw(map)?,
-            "name" => self.name = Self::raw(map)?,
-            "input" => self.input = Self::raw(map)?,
-            "signature" => self.signature = Self::raw(map)?,
-            "data" => self.data = Self::raw(map)?,
-            "source" => self.source = Some(map.next_value()?),
-            _ => skip(map)?,
+impl<'a> Fields<'a> for Block<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "type" => self.kind = raw(scan)?,
+            "text" => self.text = raw(scan)?,
+            "id" => self.id = raw(scan)?,
+            "name" => self.name = raw(scan)?,
+            "input" => self.input = raw(scan)?,
+            "signature" => self.signature = raw(scan)?,
+            "data" => self.data = raw(scan)?,
+            "source" => self.source = Some(Box::new(Read::read(scan)?)),
+            _ => skip(scan)?,
         }
         Ok(())
     }
@@ -385,13 +400,12 @@ pub struct Source<'a> {
     data: Option<Raw<'a>>,
 }
 
-impl<'de> Fields<'de> for Source<'de> {
-    const DEPTH: u32 = 6;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "media_type" => self.media_type = Self::raw(map)?,
-            "data" => self.data = Self::raw(map)?,
-            _ => skip(map)?,
+impl<'a> Fields<'a> for Source<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "media_type" => self.media_type = raw(scan)?,
+            "data" => self.data = raw(scan)?,
+            _ => skip(scan)?,
         }
         Ok(())
     }
@@ -405,14 +419,13 @@ pub struct Tool<'a> {
     parameters: Option<Raw<'a>>,
 }
 
-impl<'de> Fields<'de> for Tool<'de> {
-    const DEPTH: u32 = 3;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "name" => self.name = Self::raw(map)?,
-            "description" => self.description = Self::raw(map)?,
-            "parameters" => self.parameters = Self::raw(map)?,
-            _ => skip(map)?,
+impl<'a> Fields<'a> for Tool<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "name" => self.name = raw(scan)?,
+            "description" => self.description = raw(scan)?,
+            "parameters" => self.parameters = raw(scan)?,
+            _ => skip(scan)?,
         }
         Ok(())
     }
@@ -450,7 +463,7 @@ impl<'a> Tool<'a> {
         };
         // The object was checked when the input was read; reading its
         // top-level keys again cannot fail.
-        let keys = serde_json::from_str::<Obj<SchemaKeys>>(json).map(|o| o.fields).unwrap_or_default();
+        let keys = Obj::<SchemaKeys>::read(&mut Scan::new(json)).map(|o| o.fields).unwrap_or_default();
         Ok(Schema { json, kind: keys.kind, has_properties: keys.has_properties })
     }
 }
@@ -462,18 +475,15 @@ struct SchemaKeys<'a> {
     has_properties: bool,
 }
 
-impl<'de> Fields<'de> for SchemaKeys<'de> {
-    const DEPTH: u32 = 1;
-    fn field<A: MapAccess<'de>>(&mut self, key: Key<'de>, map: &mut A) -> Result<(), A::Error> {
-        match &*key.0 {
-            "type" => self.kind = Self::raw(map)?,
+impl<'a> Fields<'a> for SchemaKeys<'a> {
+    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
+        match &*key {
+            "type" => self.kind = raw(scan)?,
             "properties" => {
                 self.has_properties = true;
-                map.next_value::<serde::de::IgnoredAny>()?;
+                skip(scan)?;
             }
-            _ => {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
+            _ => skip(scan)?,
         }
         Ok(())
     }

@@ -1,0 +1,424 @@
+//! A one-pass JSON scanner over borrowed text: the byte-level reading under
+//! [`crate::lenient`].
+//!
+//! [`Scan`] walks the text once. It checks every value it passes and hands
+//! back each value's text as a borrowed slice, so the drivers copy strings,
+//! ids and tool inputs into the provider body without decoding them. Objects
+//! and arrays are read through callbacks ([`Scan::object`], [`Scan::array`]),
+//! so a reader descends only where it wants fields and skips the rest.
+//!
+//! Guarantees: a document is accepted exactly when
+//! `serde_json::from_str::<serde_json::Value>` accepts it. The grammar is
+//! RFC 8259's, with serde_json's limits on top:
+//! - at most 127 nested containers (serde_json's recursion limit of 128 is
+//!   used up by the 128th);
+//! - a number must be finite as an `f64`;
+//! - a `\u` escape must not leave a lone surrogate.
+//!
+//! The last two are checked by serde_json itself, on the literal alone, and
+//! only for a number that is not a short integer or a string that holds a
+//! `\u` escape. These are rare in a neutral request, so the common path
+//! never calls serde_json.
+//!
+//! Deliberately not done: error messages. A refusal is [`Refused`]; the
+//! caller asks serde_json for the message `Value` would give.
+
+use std::borrow::Cow;
+
+/// The text is not a JSON document `Value` would accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused;
+
+/// The deepest nesting serde_json accepts.
+const MAX_DEPTH: u32 = 127;
+
+/// A position in a JSON text and the containers open around it.
+pub struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+    depth: u32,
+}
+
+impl<'a> Scan<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Scan { text, at: 0, depth: 0 }
+    }
+
+    /// Whether `text` is one JSON value, with only whitespace around it.
+    pub fn document(text: &str) -> bool {
+        let mut scan = Scan::new(text);
+        scan.raw().is_ok() && scan.end().is_ok()
+    }
+
+    #[inline(always)]
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    #[inline(always)]
+    fn ws(&mut self) {
+        let bytes = self.bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The first byte of the next value (after whitespace), not consumed.
+    #[inline(always)]
+    pub fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes().get(self.at).copied()
+    }
+
+    /// Only whitespace is left.
+    pub fn end(&mut self) -> Result<(), Refused> {
+        if self.peek().is_none() { Ok(()) } else { Err(Refused) }
+    }
+
+    fn eat(&mut self, byte: u8) -> Result<(), Refused> {
+        if self.peek() == Some(byte) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(Refused)
+        }
+    }
+
+    /// Pass the next value, checked; its text, without the whitespace
+    /// around it.
+    pub fn raw(&mut self) -> Result<&'a str, Refused> {
+        self.ws();
+        let start = self.at;
+        self.value()?;
+        Ok(&self.text[start..self.at])
+    }
+
+    fn value(&mut self) -> Result<(), Refused> {
+        match self.peek().ok_or(Refused)? {
+            b'"' => self.string().map(drop),
+            b'{' => self.object(|scan, _| scan.raw().map(drop)),
+            b'[' => self.array(|scan| scan.raw().map(drop)),
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(Refused),
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> Result<(), Refused> {
+        if self.bytes()[self.at..].starts_with(word.as_bytes()) {
+            self.at += word.len();
+            Ok(())
+        } else {
+            Err(Refused)
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while self.bytes().get(self.at).is_some_and(u8::is_ascii_digit) {
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    fn number(&mut self) -> Result<(), Refused> {
+        let start = self.at;
+        if self.bytes()[self.at] == b'-' {
+            self.at += 1;
+        }
+        let first = self.bytes().get(self.at).copied();
+        let whole = self.digits();
+        if whole == 0 || (first == Some(b'0') && whole > 1) {
+            return Err(Refused);
+        }
+        let mut plain = whole <= 18;
+        if self.bytes().get(self.at) == Some(&b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return Err(Refused);
+            }
+            plain = false;
+        }
+        if let Some(b'e' | b'E') = self.bytes().get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.bytes().get(self.at) {
+                self.at += 1;
+            }
+            if self.digits() == 0 {
+                return Err(Refused);
+            }
+            plain = false;
+        }
+        // A short integer is always in range; anything else may overflow an
+        // `f64`, which serde_json refuses: let it judge the literal.
+        if plain || serde_json::from_str::<serde_json::Value>(&self.text[start..self.at]).is_ok() {
+            Ok(())
+        } else {
+            Err(Refused)
+        }
+    }
+
+    /// Pass a string; its literal, quotes included.
+    pub fn string(&mut self) -> Result<&'a str, Refused> {
+        self.string_escaped().map(|(literal, _)| literal)
+    }
+
+    /// Pass a string; its literal, and whether it holds an escape.
+    fn string_escaped(&mut self) -> Result<(&'a str, bool), Refused> {
+        self.ws();
+        let start = self.at;
+        if self.bytes().get(start) != Some(&b'"') {
+            return Err(Refused);
+        }
+        let bytes = self.bytes();
+        let mut i = start + 1;
+        let (mut escaped, mut unicode) = (false, false);
+        loop {
+            i = plain_run(bytes, i);
+            match bytes.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    match bytes.get(i + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                        Some(b'u') => {
+                            unicode = true;
+                            i += 2;
+                        }
+                        _ => return Err(Refused),
+                    }
+                }
+                // A control character, or the end of the text.
+                _ => return Err(Refused),
+            }
+        }
+        self.at = i + 1;
+        let literal = &self.text[start..self.at];
+        // Hex digits and surrogate pairs: serde_json's own check.
+        if unicode && serde_json::from_str::<String>(literal).is_err() {
+            return Err(Refused);
+        }
+        Ok((literal, escaped))
+    }
+
+    fn enter(&mut self, open: u8) -> Result<(), Refused> {
+        self.eat(open)?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH { Err(Refused) } else { Ok(()) }
+    }
+
+    /// Read an object: `each` gets every key (decoded) and must pass its
+    /// value. The next value must be an object.
+    pub fn object(
+        &mut self,
+        mut each: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.enter(b'{')?;
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+        } else {
+            loop {
+                let (literal, escaped) = self.string_escaped()?;
+                let key = if escaped { decoded(literal)? } else { Cow::Borrowed(&literal[1..literal.len() - 1]) };
+                self.eat(b':')?;
+                each(self, key)?;
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(b'}') => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return Err(Refused),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// Read an array: `each` must pass one element each time it is called.
+    /// The next value must be an array.
+    pub fn array(&mut self, mut each: impl FnMut(&mut Self) -> Result<(), Refused>) -> Result<(), Refused> {
+        self.enter(b'[')?;
+        if self.peek() == Some(b']') {
+            self.at += 1;
+        } else {
+            loop {
+                each(self)?;
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(b']') => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return Err(Refused),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+}
+
+/// A checked string literal's content, decoded (borrowed when it holds no
+/// escape).
+pub fn decoded(literal: &str) -> Result<Cow<'_, str>, Refused> {
+    let inner = &literal[1..literal.len() - 1];
+    if !inner.contains('\\') {
+        return Ok(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(literal).map(Cow::Owned).map_err(|_| Refused)
+}
+
+/// The index of the first byte at or after `i` that is a quote, a backslash
+/// or a control character (or `bytes.len()`). Eight bytes at a time: a byte
+/// is flagged by the usual zero-byte test, and the lowest flag is always a
+/// true match.
+#[inline(always)]
+fn plain_run(bytes: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_le_bytes(word);
+        let flags = zero(v ^ (ONES * u64::from(b'"')))
+            | zero(v ^ (ONES * u64::from(b'\\')))
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGHS);
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while bytes.get(i).is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_accepts(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Value>(text).is_ok()
+    }
+
+    #[test]
+    fn accepts_exactly_what_value_accepts() {
+        let nested = |d: usize, open: &str, close: &str| format!("{}{}", open.repeat(d), close.repeat(d));
+        let mut cases: Vec<String> = [
+            "",
+            " ",
+            "null",
+            "nul",
+            "nulls",
+            "true",
+            "false",
+            "tru",
+            "0",
+            "-0",
+            "01",
+            "-",
+            "1.",
+            "1.5",
+            ".5",
+            "1e5",
+            "1E+5",
+            "1e-5",
+            "1e",
+            "1e+",
+            "+1",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "0e99999",
+            "18446744073709551616",
+            "999999999999999999",
+            "9999999999999999999",
+            "\"\"",
+            "\"a\"",
+            "\"a",
+            "\"\\\"\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"\\u00e9\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\ud83d\\ude00\"",
+            "\"\\ud83d\\u0041\"",
+            "\"tab\there\"",
+            "\"nl\nhere\"",
+            "\"\u{7f}\u{e9}\u{1F600}\"",
+            "\"\\/\\b\\f\\n\\r\\t\\\\\"",
+            "[]",
+            "[1,]",
+            "[,1]",
+            "[1 2]",
+            "[1,2]",
+            " [ 1 , 2 ] ",
+            "{}",
+            "{\"a\":1}",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{1:2}",
+            "{\"a\":}",
+            "{\"a\":1 \"b\":2}",
+            "{\"a\\u0062\":[true,{\"c\":null}]}",
+            "{} {}",
+            "{}}",
+            "[",
+            "{",
+            "\u{feff}1",
+            "1 x",
+            "\"0123456789abcdef\\\"0123456789\"",
+            "\"0123456789abcdef\u{1}0123456789\"",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for d in [1, 126, 127, 128, 200] {
+            cases.push(nested(d, "[", "]"));
+            cases.push(nested(d, "{\"a\":", "}"));
+            cases.push(format!("{{\"x\":{}}}", nested(d, "[", "]")));
+        }
+        cases.push(format!("1{}", "0".repeat(400)));
+        cases.push(format!("1{}", "0".repeat(300)));
+        for case in &cases {
+            assert_eq!(Scan::document(case), value_accepts(case), "{case:?}");
+        }
+    }
+
+    #[test]
+    fn the_eight_byte_skip_stops_at_the_first_special_byte_wherever_it_is() {
+        for at in 0..20 {
+            for special in [b'"', b'\\', 0x00, 0x1f] {
+                let mut bytes = vec![b'a'; 20];
+                bytes[at] = special;
+                // Bytes above 0x80 and just above the control range are plain.
+                bytes[(at + 1) % 20] = if at + 1 < 20 { 0x20 } else { b'a' };
+                assert_eq!(plain_run(&bytes, 0), at, "{special:#x} at {at}");
+            }
+            let plain = vec![0xc3; at];
+            assert_eq!(plain_run(&plain, 0), at);
+        }
+    }
+
+    #[test]
+    fn raw_is_the_value_text_without_the_whitespace_around_it() {
+        let mut scan = Scan::new(" { \"a\" : [1, 2.50] } ");
+        assert_eq!(scan.raw(), Ok("{ \"a\" : [1, 2.50] }"));
+        assert_eq!(scan.end(), Ok(()));
+        let mut keys = Vec::new();
+        let mut scan = Scan::new("{\"k\\\"\":1,\"b\":\"x\"}");
+        scan.object(|s, key| {
+            keys.push((key.into_owned(), s.raw()?));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(keys, [("k\"".to_string(), "1"), ("b".to_string(), "\"x\"")]);
+    }
+}
