@@ -1,11 +1,13 @@
 //! `capsule host --cluster` with the real binary: a host joins a real 3-node JetStream
 //! cluster and its capsules' sessions are leased by it and journaled there; a cluster that is
-//! unreachable at start is a coded error naming the URL, exit 2.
+//! unreachable at start is a coded error naming the URL, exit 2; a host's claimer lists the
+//! session book and the leases once a round, and reads no single session while all are held.
 
 use crate::common::*;
 use crate::nats::NatsCluster;
 use capsule_actors::cluster::{self, Record, StreamLog};
 use capsule_stub::Turn;
+use futures::StreamExt;
 use serde_json::Value;
 use std::process::Stdio;
 use std::time::Duration;
@@ -93,4 +95,51 @@ async fn a_host_that_joined_the_cluster_leases_and_journals_its_sessions_there()
     let (_, conversation) = StreamLog::open(&js, &session, Record::Conversation).await.expect("conversation");
     assert_eq!(conversation.len(), 2, "the user message and the reply");
     let _ = child.start_kill();
+}
+
+/// Whether a JetStream API request reads one entry of the session book or one lease.
+fn reads_one_session(subject: &str) -> bool {
+    ["$JS.API.DIRECT.GET.", "$JS.API.STREAM.MSG.GET."].iter().any(|get| {
+        subject
+            .strip_prefix(get)
+            .is_some_and(|bucket| bucket.starts_with("KV_CAPSULE_SESSIONS") || bucket.starts_with("KV_CAPSULE_LEASES"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_round_over_held_sessions_reads_no_session_entry_and_no_lease() {
+    let c = NatsCluster::start(3).await;
+    let stubs: Vec<_> = (0..6).map(|_| crate::cluster_support::provider(false)).collect();
+    let host = crate::cluster_support::start_host(0, &c.urls().join(","), &stubs).await;
+    assert_eq!(host.capsules.len(), 6, "six sessions, booked and leased by h0");
+    // Every request to JetStream's API is a message on `$JS.API.…`, and every heartbeat (one at
+    // the start of each claimer round) a message on the hosts bucket's subject.
+    let client = cluster::connect(&c.urls()).await.expect("connects");
+    let mut api = client.subscribe("$JS.API.>").await.expect("subscribe to the API");
+    let mut beats = client.subscribe("$KV.CAPSULE_HOSTS.>").await.expect("subscribe to heartbeats");
+    client.flush().await.expect("flush");
+    let (mut seen, mut reads, mut listings) = (0, Vec::new(), 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // From the first heartbeat to the third: two whole rounds.
+    while seen < 3 {
+        tokio::select! {
+            beat = beats.next() => {
+                beat.expect("heartbeats go on");
+                seen += 1;
+            }
+            Some(request) = api.next() => {
+                if seen >= 1 {
+                    let subject = request.subject.as_str();
+                    listings += usize::from(subject.starts_with("$JS.API.CONSUMER.") && subject.contains("KV_CAPSULE_LEASES"));
+                    if reads_one_session(subject) {
+                        reads.push(request.subject.to_string());
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => panic!("only {seen} heartbeats within 60 s"),
+        }
+    }
+    // The subscription sees this bucket's API traffic: each round lists the leases.
+    assert!(listings >= 2, "two rounds listed the leases {listings} times");
+    assert!(reads.is_empty(), "two rounds over 6 held sessions read single sessions: {reads:?}");
 }

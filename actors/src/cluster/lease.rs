@@ -90,6 +90,13 @@ impl Leases {
         Ok(lease)
     }
 
+    /// The sessions whose lease is live, in one listing of the bucket (a lease that expired is
+    /// gone from it). The listing may be a moment behind; [`Leases::holder`] reads one lease from
+    /// the bucket's leader.
+    pub async fn held(&self) -> Result<std::collections::HashSet<String>, ClusterError> {
+        Ok(super::kv_read::keys(&self.kv, "list the leases").await?.into_iter().collect())
+    }
+
     /// Who holds `session` now, if anyone.
     pub async fn holder(&self, session: &str) -> Result<Option<LeaseRecord>, ClusterError> {
         let Some((value, revision)) = super::kv_read::latest(&self.js, LEASE_BUCKET, session).await? else {

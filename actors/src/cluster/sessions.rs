@@ -84,19 +84,32 @@ impl Sessions {
     /// Every live session, its entry and the entry's revision. An entry in another format is
     /// skipped and logged: it names no capsule this runtime could run.
     pub async fn list(&self) -> Result<Vec<(String, SessionEntry, u64)>, ClusterError> {
-        let keys = super::kv_read::keys(&self.kv, "list the sessions").await?;
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let read = self.kv.entry(&key).await.map_err(|e| ClusterError::js(format!("read session {key}"), e))?;
-            let Some(found) = read.filter(|e| e.operation == kv::Operation::Put) else { continue };
-            match serde_json::from_slice::<SessionEntry>(&found.value) {
-                Ok(entry) => out.push((key, entry, found.revision)),
-                Err(e) => {
-                    tracing::warn!(session = key, error = %e, "{}: a session entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry)
-                }
+        let mut out = Vec::new();
+        for key in self.keys().await? {
+            if let Some((entry, revision)) = self.entry(&key).await? {
+                out.push((key, entry, revision));
             }
         }
         Ok(out)
+    }
+
+    /// Every booked session's id, in one listing of the bucket.
+    pub async fn keys(&self) -> Result<Vec<String>, ClusterError> {
+        super::kv_read::keys(&self.kv, "list the sessions").await
+    }
+
+    /// `session`'s entry and its revision; `None` when it is not booked, or (logged) when the
+    /// entry is in another format.
+    pub async fn entry(&self, session: &str) -> Result<Option<(SessionEntry, u64)>, ClusterError> {
+        let read = self.kv.entry(session).await.map_err(|e| ClusterError::js(format!("read session {session}"), e))?;
+        let Some(found) = read.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        match serde_json::from_slice::<SessionEntry>(&found.value) {
+            Ok(entry) => Ok(Some((entry, found.revision))),
+            Err(e) => {
+                tracing::warn!(session, error = %e, "{}: a session entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry);
+                Ok(None)
+            }
+        }
     }
 }
 

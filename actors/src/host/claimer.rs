@@ -112,23 +112,34 @@ impl ClaimerArgs {
         }
     }
 
-    /// One round: the heartbeat, then claim every booked session nobody holds.
+    /// One round: the heartbeat, then claim every booked session nobody holds. The book and
+    /// the leases are each listed once, so a round over sessions that are all held reads no
+    /// session's entry or lease; only a session without a lease is read again, from the
+    /// leaders, before it is claimed.
     async fn round(&self) {
         let Some(c) = self.cluster() else { return };
         self.beat(c).await;
-        let mut booked = match c.sessions.list().await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::debug!(error = %e, "the session book could not be read; trying again next round");
+        let mut unheld: Vec<String> = match (c.sessions.keys().await, c.leases.held().await) {
+            (Ok(booked), Ok(held)) => booked.into_iter().filter(|s| !held.contains(s)).collect(),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::debug!(error = %e, "the session book or the leases could not be listed; trying again next round");
                 return;
             }
         };
-        booked.sort_by_key(|(session, _, _)| {
+        unheld.sort_by_key(|session| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (&c.name, session).hash(&mut h);
             h.finish()
         });
-        for (session, entry, revision) in booked {
+        for session in unheld {
+            let (entry, revision) = match c.sessions.entry(&session).await {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::debug!(session, error = %e, "cannot read the session's entry; trying again next round");
+                    continue;
+                }
+            };
             match c.leases.holder(&session).await {
                 Ok(None) => {}
                 Ok(Some(_)) => continue,
