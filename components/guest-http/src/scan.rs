@@ -215,41 +215,36 @@ impl<'a> Scan<'a> {
         &mut self,
         mut each: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), Refused>,
     ) -> Result<(), Refused> {
-        self.enter(b'{')?;
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-        } else {
-            loop {
-                let (literal, escaped) = self.string_escaped()?;
-                let key = if escaped { decoded(literal)? } else { Cow::Borrowed(&literal[1..literal.len() - 1]) };
-                self.eat(b':')?;
-                each(self, key)?;
-                match self.peek() {
-                    Some(b',') => self.at += 1,
-                    Some(b'}') => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return Err(Refused),
-                }
-            }
-        }
-        self.depth -= 1;
-        Ok(())
+        self.container(b'{', b'}', |scan| {
+            let (literal, escaped) = scan.string_escaped()?;
+            let key = if escaped { decoded(literal)? } else { Cow::Borrowed(&literal[1..literal.len() - 1]) };
+            scan.eat(b':')?;
+            each(scan, key)
+        })
     }
 
     /// Read an array: `each` must pass one element each time it is called.
     /// The next value must be an array.
-    pub fn array(&mut self, mut each: impl FnMut(&mut Self) -> Result<(), Refused>) -> Result<(), Refused> {
-        self.enter(b'[')?;
-        if self.peek() == Some(b']') {
+    pub fn array(&mut self, each: impl FnMut(&mut Self) -> Result<(), Refused>) -> Result<(), Refused> {
+        self.container(b'[', b']', each)
+    }
+
+    /// `open`, then `item` separated by commas, then `close`.
+    fn container(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.enter(open)?;
+        if self.peek() == Some(close) {
             self.at += 1;
         } else {
             loop {
-                each(self)?;
+                item(self)?;
                 match self.peek() {
                     Some(b',') => self.at += 1,
-                    Some(b']') => {
+                    Some(c) if c == close => {
                         self.at += 1;
                         break;
                     }
