@@ -90,7 +90,9 @@ impl Grants {
         for (k, v) in &self.env {
             b.env(k, v);
         }
-        if let (true, Some(scope)) = (self.has_folder(), &self.preopen) {
+        if self.has_folder()
+            && let Some(scope) = &self.preopen
+        {
             let dir = scope.resolve().map_err(GrantError::Scope)?;
             // The kernel opens exactly the folder just resolved; `dir` may close after this.
             b.preopened_dir(dir.fd_path(), ".", FsPerms::ReadWrite).map_err(GrantError::Wasi)?;

@@ -64,7 +64,7 @@ struct Node {
 /// A JetStream cluster of real servers; killed when dropped.
 pub struct NatsCluster {
     nodes: Vec<Node>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     bin: PathBuf,
 }
 
@@ -128,7 +128,7 @@ impl NatsCluster {
             }
             nodes.push(Node { args, child: None, client, monitor });
         }
-        NatsCluster { nodes, _dir: dir, bin }
+        NatsCluster { nodes, dir, bin }
     }
 
     fn spawn(&mut self, i: usize) {
@@ -144,7 +144,7 @@ impl NatsCluster {
 
     /// The end of server `i`'s log, to say why it is not healthy.
     fn log_tail(&self, i: usize) -> String {
-        let log = std::fs::read_to_string(self._dir.path().join(format!("n{i}.log"))).unwrap_or_default();
+        let log = std::fs::read_to_string(self.dir.path().join(format!("n{i}.log"))).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(5)..].join(" | ")
     }
