@@ -5,7 +5,7 @@
 //! capsule by its spec hash and runs it in a new slot; the answer is that slot's entry once its
 //! session runs, with `host`.
 //!
-//! Deliberately simple: the load is the last heartbeat's (up to a third of the TTL old), so two
+//! Deliberately simple: the load is the last heartbeat's (up to a sixth of the TTL old), so two
 //! placements at the same moment may pick the same host.
 
 use capsule_protocol::host_file::PlannedCapsule;
