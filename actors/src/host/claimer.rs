@@ -1,8 +1,8 @@
 //! [`Claimer`]: one per clustered host. Every sixth of the lease TTL it writes the host's
 //! heartbeat to the cluster's host registry (its API and load), then lists the cluster's
-//! session book and live leases, and claims each booked session whose lease has expired (its host died, or
-//! was cut off for longer than the TTL): it fetches the capsule from the cluster's store,
-//! resumes the session from its JetStream records by the resume rules
+//! session book and live leases, and claims each booked session whose lease has expired (its
+//! host died, or was cut off for longer than the TTL): it fetches the capsule from the cluster's
+//! store, resumes the session from its JetStream records by the resume rules
 //! ([`Session::resume_from_cluster`]), hands it to the host as a new slot, and continues its
 //! tasks. Several survivors may try at once; the lease's create lets exactly one win, and the
 //! others skip the session. A claim that fails is logged and tried again at the next round.
