@@ -17,7 +17,8 @@
 //!
 //! Figures are medians of `CALLS` calls after `WARMUP` untimed ones, in µs: `instantiate` and
 //! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, the hop to the
-//! call's thread and the store's drop).
+//! call's thread and the store's drop). The last column is what the pool's freed memories keep
+//! resident after the row (all slots so far; `CAPSULE_KEEP_RESIDENT=0` keeps none).
 
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{Block, DriverRequest, Message, Role};
@@ -111,6 +112,11 @@ fn request(turns: usize) -> String {
     serde_json::to_string(&request).expect("serializes")
 }
 
+/// The pool's idle resident memory in KiB, for a table cell.
+fn kib(bytes: Option<usize>) -> String {
+    bytes.map_or("—".into(), |b| (b / 1024).to_string())
+}
+
 fn limits() -> Limits {
     Limits { deadline_seconds: 120, ..Limits::default() }
 }
@@ -137,7 +143,10 @@ async fn file_tool(host: &Host) {
     };
     let (i, c, w) = time(host, &tool, &grants, r#"{"op":"list","path":"."}"#, listed).await;
     println!("## The file tool lists a folder ({CALLS} calls, medians, µs)\n");
-    println!("| instantiate | call | wall |\n|---|---|---|\n| {i:.0} | {c:.0} | {w:.0} |\n");
+    let kept = kib(host.idle_memory_resident());
+    println!(
+        "| instantiate | call | wall | idle slots resident KiB |\n|---|---|---|---|\n| {i:.0} | {c:.0} | {w:.0} | {kept} |\n"
+    );
 }
 
 async fn driver(host: &Host, name: &str) {
@@ -172,15 +181,18 @@ async fn driver(host: &Host, name: &str) {
         assert!(r.summary.as_deref().unwrap_or("").contains("HttpRequestDenied"), "{r:?}");
     };
     println!("## driver-{name}: the request refused by policy, by history length ({CALLS} calls each, medians, µs)\n");
-    println!("| tool calls in the history | build | request bytes | instantiate | call | wall | call µs per KiB |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| tool calls in the history | build | request bytes | instantiate | call | wall | call µs per KiB | idle slots resident KiB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     let loaded: Vec<&LoadedArtifact> = artifacts.iter().map(|(_, artifact)| artifact).collect();
     for turns in HISTORY {
         let data = request(turns);
         let timed = time_each(host, &loaded, &grants, &data, refused).await;
         for ((label, _), (i, c, w)) in artifacts.iter().zip(timed) {
             let per_kib = c / (data.len() as f64 / 1024.0);
-            println!("| {turns} | {label} | {} | {i:.0} | {c:.0} | {w:.0} | {per_kib:.1} |", data.len());
+            let kept = kib(host.idle_memory_resident());
+            println!("| {turns} | {label} | {} | {i:.0} | {c:.0} | {w:.0} | {per_kib:.1} | {kept} |", data.len());
         }
     }
     println!();

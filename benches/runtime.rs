@@ -5,9 +5,9 @@
 //! - cold start: `capsule run` process spawn → first byte of the first provider request at the
 //!   stub, with an empty component cache (cold) and a filled one (warm);
 //! - peak RSS of that whole process (VmHWM, printed by the binary when asked);
-//! - per-turn runtime overhead: in one session of 51 turns (50 tool-call turns running the real
-//!   file tool, then a reply), the time from one turn's start to the next turn's start minus
-//!   the stub's own time producing that turn's response;
+//! - per-turn runtime overhead: in one session of 101 turns (100 tool-call turns running the
+//!   real file tool, then a reply), the gap between two provider requests arriving at the stub
+//!   minus the stub's own time answering the first;
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
 //!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
 //!   (`--cluster` prints this table alone).
@@ -24,11 +24,11 @@ mod common {
 
 use capsule_actors::cluster::ClusterHost;
 use capsule_actors::{EndpointOverride, LaunchOptions, Session};
-use capsule_protocol::frame::{Frame, TaskState};
+use capsule_protocol::frame::Frame;
 use capsule_runtime::{Host, HostOptions};
 use capsule_stub::{Script, Stub, Turn};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -133,23 +133,22 @@ fn per_turn(
             let s2 = s.clone();
             async move { (s2.submit("go").await, s) }
         });
-        let mut starts: Vec<Instant> = Vec::new();
         loop {
             let f = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("frames").expect("open");
-            if let Frame::Status { status, is_final, .. } = &f.frame {
-                if status.state == TaskState::Working {
-                    starts.push(Instant::now());
-                }
-                if *is_final {
-                    break;
-                }
+            if let Frame::Status { is_final: true, .. } = &f.frame {
+                break;
             }
         }
         let (outcome, session) = submit.await.expect("join");
         assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
         session.shutdown().await;
         let reqs = stub.requests();
-        let overhead = |t: usize| starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0 - reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
+        assert_eq!(reqs.len(), TURNS + 1, "one provider request per turn");
+        // Turn t runs from the arrival of provider request t − 1 at the stub to the arrival of
+        // request t: the stub's answer, the runtime's work on it (journal, the tool, the next
+        // request). Timed at the stub, so how frames reach a watcher does not enter it.
+        let wall = |t: usize| (reqs[t].received_unix_ns - reqs[t - 1].received_unix_ns) as f64 / 1e6;
+        let overhead = |t: usize| wall(t) - reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
         let median_to = |t: usize| {
             let mut window: Vec<f64> = if t == 1 { vec![overhead(1)] } else { (t.saturating_sub(4).max(2)..=t).map(overhead).collect() };
             median(&mut window)
@@ -170,7 +169,7 @@ fn per_turn(
         // A turn's overhead: its wall time minus the stub's; the median over the 5 turns ending at
         // the named one (a single turn is at the mercy of this noisy machine).
         for t in ROWS {
-            let wall = starts[t].duration_since(starts[t - 1]).as_secs_f64() * 1000.0;
+            let wall = wall(t);
             let stub_ms = reqs[t - 1].stub_elapsed_ns as f64 / 1e6;
             let (call_ms, inst) = calls.get(t - 1).copied().unwrap_or_default();
             let body_kib = reqs[t - 1].body.to_string().len() as f64 / 1024.0;

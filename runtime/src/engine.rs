@@ -23,6 +23,23 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// drop the store after, so this bounds concurrent calls, not capsules.
 pub const POOL_INSTANCES: u32 = 256;
 
+/// Bytes of each freed linear memory kept resident by default (see [`keep_resident`]).
+pub const KEEP_RESIDENT: usize = 1 << 20;
+
+/// Bytes of each freed table kept resident.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
+/// Freed slots affine to other components left alone before one of them is taken over
+/// (instead of a slot never used). Idle slots then hold at most (the most calls that ever ran
+/// at once + this) × [`KEEP_RESIDENT`] per memory.
+const MAX_UNUSED_WARM_SLOTS: u32 = 16;
+
+/// Bytes of each freed linear memory kept resident: `CAPSULE_KEEP_RESIDENT` (bytes; `0`
+/// hands every page back to the kernel after each call), else [`KEEP_RESIDENT`].
+pub fn keep_resident() -> usize {
+    std::env::var("CAPSULE_KEEP_RESIDENT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(KEEP_RESIDENT)
+}
+
 /// Options for [`Host::new`].
 #[derive(Debug, Clone, Default)]
 pub struct HostOptions {
@@ -62,6 +79,17 @@ pub(crate) fn config(pooling: bool) -> Config {
             .total_tables(POOL_INSTANCES * 4)
             .max_memories_per_component(crate::limiter::MAX_MEMORIES as u32)
             .max_tables_per_component(crate::limiter::MAX_TABLES as u32);
+        // A freed slot keeps the pages its call wrote, reset in place to the component's initial
+        // image, instead of handing them back to the kernel and faulting them in again on the
+        // next call. `PAGEMAP_SCAN` (Linux 6.7 and later) finds exactly the written pages, so
+        // only those are reset; without it the allocator falls back to resetting the first
+        // `keep` bytes. Either way the next call sees the initial image (the `residue` escape
+        // probe checks it).
+        let keep = keep_resident();
+        pool.linear_memory_keep_resident(keep)
+            .table_keep_resident(keep.min(TABLE_KEEP_RESIDENT))
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .max_unused_warm_slots(MAX_UNUSED_WARM_SLOTS);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c
@@ -111,6 +139,12 @@ impl Host {
     /// The component cache.
     pub fn cache(&self) -> &ComponentCache {
         &self.cache
+    }
+
+    /// Bytes the freed linear memories of this host's pool keep resident (`None`: on-demand
+    /// allocation, nothing is kept).
+    pub fn idle_memory_resident(&self) -> Option<usize> {
+        self.engine.pooling_allocator_metrics().map(|m| m.unused_memory_bytes_resident())
     }
 }
 

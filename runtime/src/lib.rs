@@ -35,7 +35,7 @@ pub use beneath::{Beneath, BeneathError, FileMode};
 pub use budget::DiskMeter;
 pub use cache::{CacheHit, ComponentCache};
 pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
-pub use engine::{EPOCH_TICK, Host, HostOptions};
+pub use engine::{EPOCH_TICK, Host, HostOptions, KEEP_RESIDENT, keep_resident};
 pub use error::{CallError, LoadError};
 pub use events::{GuestEvents, InferenceAnswer, InferenceAsk, InferenceReplyText, InputAnswer, NoEvents, Paused};
 pub use grants::{ArtifactRole, Grants, Scope};

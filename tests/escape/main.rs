@@ -59,6 +59,7 @@ probe_tests! {
     memory_hog_is_a_coded_limit,
     session_files_are_private,
     a_swapped_cwasm_is_recompiled_not_run,
+    a_call_sees_nothing_an_earlier_call_left_in_memory,
 }
 
 #[tokio::test]

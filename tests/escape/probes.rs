@@ -68,6 +68,7 @@ pub const PROBES: &[&str] = &[
     "memory_hog_is_a_coded_limit",
     "session_files_are_private",
     "a_swapped_cwasm_is_recompiled_not_run",
+    "a_call_sees_nothing_an_earlier_call_left_in_memory",
 ];
 
 /// Run the probe called `name`.
@@ -105,6 +106,7 @@ pub async fn run(name: &str) -> Verdict {
         "memory_hog_is_a_coded_limit" => memory_hog().await,
         "session_files_are_private" => sp::session_files_private().await,
         "a_swapped_cwasm_is_recompiled_not_run" => swapped_cwasm().await,
+        "a_call_sees_nothing_an_earlier_call_left_in_memory" => memory_residue().await,
         other => Verdict::escaped(format!("no probe named {other}")),
     }
 }
@@ -331,6 +333,38 @@ async fn memory_hog() -> Verdict {
             Verdict::limited(format!("{e} (every memory of the store counts toward it)"))
         }
         other => Verdict::escaped(format!("expected E-RUN-031, got {other:?}")),
+    }
+}
+
+/// A freed instance's memory is kept resident for the next call of the same component
+/// (`KEEP_RESIDENT`) and reset in place: each call of `guest-escape`'s `residue` probe writes
+/// two statics and grown pages, and the next call, in the same pool slot, must find the initial
+/// image again. Grown beyond what is kept (32 pages = 2 MiB) and within it (4 pages).
+async fn memory_residue() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let grants = t.grants(Limits::default(), DiskMeter::default());
+    let clean = "data=5eed bss=0 grown_nonzero=0";
+    for (i, pages) in [4, 4, 32, 4, 32, 32, 4].into_iter().enumerate() {
+        let input = json!({"op": "residue", "pages": pages}).to_string();
+        let out = a.call(&host, &grants, Arc::new(NoEvents), ToolInput { data: Some(input), log_path: None }).await;
+        match out.result {
+            Ok(r) if r.data.as_deref() == Some(clean) => {}
+            other => return Verdict::escaped(format!("call {i} ({pages} pages grown) found {other:?}; want {clean}")),
+        }
+    }
+    // The probe is only worth something if the pool did keep the pages it reset.
+    match host.idle_memory_resident() {
+        Some(kept) if kept > 0 => {
+            Verdict::held(format!("7 calls, each saw the initial image; {kept} bytes kept resident"))
+        }
+        Some(_) if capsule_runtime::keep_resident() == 0 => {
+            Verdict::held("7 calls, each saw the initial image (nothing kept: CAPSULE_KEEP_RESIDENT=0)")
+        }
+        other => Verdict::escaped(format!(
+            "the pool kept nothing resident ({other:?}), so the reset in place was not tested"
+        )),
     }
 }
 

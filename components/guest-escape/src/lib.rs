@@ -19,6 +19,11 @@
 //!   through a stream (or `descriptor.write` with `pwrite: true`).
 //! - `fields {count, size}`: create `count` header-field maps each holding a
 //!   `size`-byte value, and hold them all.
+//! - `residue {pages}`: report what an earlier call could have left in this
+//!   instance's memory, then leave some: a static with an initial value (kept in
+//!   the image), a zero-initialised static, and `pages` 64 KiB pages grown past
+//!   the heap. `data` is `data=<hex> bss=<n> grown_nonzero=<bytes>`; a fresh
+//!   instance reports `data=5eed bss=0 grown_nonzero=0` on every call.
 
 wit_bindgen::generate!({
     path: "../wit",
@@ -81,6 +86,7 @@ fn probe(dir: &Descriptor, v: &Value) -> Probe {
         "open_many" => open_many(dir, n(v, "count")),
         "fill" => fill(dir, s(v, "path"), n(v, "bytes"), n(v, "chunk").max(1), v["pwrite"].as_bool() == Some(true)),
         "fields" => fields(n(v, "count"), n(v, "size") as usize),
+        "residue" => Ok(residue(n(v, "pages") as usize)),
         other => Err(format!("unknown op `{other}`")),
     }
 }
@@ -171,6 +177,39 @@ fn fields(count: u64, size: usize) -> Probe {
         held.push(f);
     }
     Ok(held.len().to_string())
+}
+
+static INITIAL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x5eed);
+static ZEROED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// See `residue` above. The grown pages are memory no allocator hands out, read and written
+/// directly: what a fresh instance's `memory.grow` returns must be zero.
+fn residue(pages: usize) -> String {
+    use std::sync::atomic::Ordering;
+    let data = INITIAL.swap(0xdead_beef, Ordering::SeqCst);
+    let bss = ZEROED.fetch_add(1, Ordering::SeqCst);
+    let mut nonzero = 0usize;
+    #[cfg(target_arch = "wasm32")]
+    {
+        const PAGE: usize = 65536;
+        let old = core::arch::wasm32::memory_grow(0, pages);
+        if old != usize::MAX {
+            let base = (old * PAGE) as *mut u8;
+            for i in 0..pages * PAGE {
+                // SAFETY: the pages were just grown by this call and nothing else uses them.
+                unsafe {
+                    let p = base.add(i);
+                    if core::ptr::read_volatile(p) != 0 {
+                        nonzero += 1;
+                    }
+                    core::ptr::write_volatile(p, 0xa5);
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = pages;
+    format!("data={data:x} bss={bss} grown_nonzero={nonzero}")
 }
 
 fn result(status: Status, summary: String, data: Option<String>) -> ToolResult {
