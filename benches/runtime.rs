@@ -107,14 +107,17 @@ fn per_turn(
     print: bool,
 ) -> std::collections::BTreeMap<usize, f64> {
     rt.block_on(async {
-        let mut turns: Vec<Turn> = (0..TURNS).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
+        // `CAPSULE_BENCH_TURNS`: a longer session, for a profile in which the turns outweigh the
+        // set-up (the tables still read turns 1–100).
+        let n = std::env::var("CAPSULE_BENCH_TURNS").ok().and_then(|v| v.parse().ok()).unwrap_or(TURNS).max(TURNS);
+        let mut turns: Vec<Turn> = (0..n).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
         let stub = Stub::start(Script::new(turns)).expect("stub");
         let work = tempfile::tempdir().expect("tempdir");
         let cache = repo().join("target/bench-component-cache");
         let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
         let dir = tempfile::tempdir().expect("capsule dir");
-        let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", "max_turns: 110");
+        let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", &format!("max_turns: {}", n + 10));
         std::fs::write(dir.path().join("murmur.yaml"), manifest).expect("write");
         let opts = LaunchOptions {
             cluster,
@@ -143,7 +146,7 @@ fn per_turn(
         assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
         session.shutdown().await;
         let reqs = stub.requests();
-        assert_eq!(reqs.len(), TURNS + 1, "one provider request per turn");
+        assert_eq!(reqs.len(), n + 1, "one provider request per turn");
         // Turn t runs from the arrival of provider request t − 1 at the stub to the arrival of
         // request t: the stub's answer, the runtime's work on it (journal, the tool, the next
         // request). Timed at the stub, so how frames reach a watcher does not enter it.
@@ -162,7 +165,7 @@ fn per_turn(
         let trace: Vec<serde_json::Value> = std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         let calls: Vec<(f64, u64)> = trace.iter().filter(|e| e["event_type"] == "inference").map(|e| (e["call_ms"].as_f64().unwrap_or(0.0), e["instantiate_us"].as_u64().unwrap_or(0))).collect();
         let tools: Vec<u64> = trace.iter().filter(|e| e["event_type"] == "tool_call").map(|e| e["duration_ms"].as_u64().unwrap_or(0)).collect();
-        println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", TURNS + 1);
+        println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", n + 1);
         println!("Each turn: driver instantiate + neutral→Anthropic translation + loopback HTTP + SSE parse in the component + one real file-tool call + loop bookkeeping.\n");
         println!("| turn | wall ms | stub ms | overhead ms | median overhead, 5 turns to here | of which: gateway call ms (instantiate µs) | tool ms | request body KiB |");
         println!("|---|---|---|---|---|---|---|---|");

@@ -390,7 +390,7 @@ pub fn check(m: ArtifactManifest, origin: &str) -> Result<(CheckedArtifact, Vec<
         None => None,
         Some(v) => match serde_json::from_value::<Capabilities>(v.clone()) {
             Ok(c) => {
-                let found = super::validate::artifact_capability_rules(&c, &format!("{origin}: capabilities"));
+                let found = super::grant_rules::artifact_capability_rules(&c, &format!("{origin}: capabilities"));
                 if found.has_errors() {
                     return Err(found);
                 }

@@ -7,6 +7,7 @@
 //! `lifecycle`) are parsed and shape-checked here.
 
 mod artifact;
+mod grant_rules;
 mod parse;
 mod sections;
 mod types;
@@ -15,10 +16,8 @@ mod validate;
 pub use artifact::{
     ArtifactKind, ArtifactManifest, CheckedArtifact, HOOK_BINDINGS, HookContract, UpstreamAuth, honoured_arm,
 };
+pub use grant_rules::{artifact_capability_rules, endpoint_override_rules, scope_parts};
 pub use parse::{parse, parse_artifact_manifest};
 pub use sections::{Compaction, DEFAULT_COMPACTION_THRESHOLD, Observability};
 pub use types::*;
-pub use validate::{
-    AllowRule, KNOWN_SETTINGS, artifact_capability_rules, endpoint_override_rules, interpolated_name,
-    is_credential_shaped, is_loopback_host, scope_parts,
-};
+pub use validate::{AllowRule, KNOWN_SETTINGS, interpolated_name, is_credential_shaped, is_loopback_host};
