@@ -228,6 +228,11 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    // As the `capsule` binary does: `CAPSULE_BENCH_NO_TIMER_FLOOR=1` leaves it out, to compare.
+    if std::env::var_os("CAPSULE_BENCH_NO_TIMER_FLOOR").is_none() {
+        let _entered = rt.enter();
+        capsule_actors::timer_floor::spawn_timer_floor();
+    }
     if std::env::args().any(|a| a == "--list") {
         return;
     }

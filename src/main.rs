@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         }
     };
     let code = rt.block_on(async move {
+        let _floor = capsule_actors::timer_floor::spawn_timer_floor();
         match cli.command {
             Command::Run(args) => cli_run::run(args).await,
             Command::Demo(args) => demo::demo(args).await,

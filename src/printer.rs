@@ -8,10 +8,16 @@ use std::io::Write;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+/// Whether stdout is a terminal, asked once (an `ioctl` per frame otherwise).
+fn terminal() -> bool {
+    use std::io::IsTerminal;
+    static TERMINAL: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::io::stdout().is_terminal());
+    *TERMINAL
+}
+
 /// Dim text on a terminal; plain text when stdout is a pipe or a file.
 fn dim(text: &str) -> String {
-    use std::io::IsTerminal;
-    if std::io::stdout().is_terminal() { format!("\x1b[2m{text}\x1b[0m") } else { text.to_string() }
+    if terminal() { format!("\x1b[2m{text}\x1b[0m") } else { text.to_string() }
 }
 
 /// Output style.
@@ -27,12 +33,19 @@ pub enum Style {
 static PROGRESS_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A tool call's input, shortened to one line, from the session's trace (`tool_call_started` is
-/// journaled before the tool runs; no frame carries the input).
+/// journaled before the tool runs; no frame carries the input). The call has just finished, so
+/// its line is near the end: the last [`TAIL`] bytes are searched first, the whole trace only
+/// when the line is not there (a long session's trace is not read once per call).
 fn call_input(trace: &std::path::Path, call_id: &str) -> Option<String> {
     const SHOWN: usize = 80;
-    let text = std::fs::read_to_string(trace).ok()?;
-    let line = text.lines().rev().find(|l| l.contains("\"tool_call_started\"") && l.contains(call_id))?;
-    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    let found = |text: &str| {
+        text.lines().rev().find(|l| l.contains("\"tool_call_started\"") && l.contains(call_id)).map(str::to_string)
+    };
+    let line = match tail(trace, TAIL).and_then(|t| found(&t)) {
+        Some(line) => line,
+        None => found(&std::fs::read_to_string(trace).ok()?)?,
+    };
+    let event: serde_json::Value = serde_json::from_str(&line).ok()?;
     if event["tool_call_id"] != call_id {
         return None;
     }
@@ -44,14 +57,35 @@ fn call_input(trace: &std::path::Path, call_id: &str) -> Option<String> {
     })
 }
 
+/// How much of the end of the trace [`call_input`] reads first.
+const TAIL: u64 = 64 * 1024;
+
+/// The last `bytes` of `path` (its whole text when shorter), from the first line that starts
+/// in them.
+fn tail(path: &std::path::Path, bytes: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(bytes);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    // A cut line at the start is not whole: drop it.
+    Some(if start == 0 {
+        text.into_owned()
+    } else {
+        text.split_once('\n').map_or(String::new(), |(_, rest)| rest.to_string())
+    })
+}
+
 /// Print one frame in `style` (`capsule watch` prints the frames it reads this way too). With
 /// `trace` (the session's `trace.jsonl`, when printing in-process), a finished tool call also
 /// shows its input, shortened.
 pub(crate) fn print_frame(f: &NumberedFrame, style: Style, trace: Option<&std::path::Path>) {
-    use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     let mut out = std::io::stdout().lock();
-    let terminal = std::io::stdout().is_terminal();
+    let terminal = terminal();
     // A live progress line is replaced by whatever comes next.
     if style == Style::Human && PROGRESS_OPEN.swap(false, Ordering::Relaxed) {
         let _ = write!(out, "\r\x1b[K");
@@ -155,4 +189,36 @@ fn answer_from_stdin(session: Arc<Session>, task_id: String) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started(id: &str, path: &str) -> String {
+        format!(
+            "{}\n",
+            serde_json::json!({"event_type": "tool_call_started", "tool_call_id": id, "input": {"path": path}})
+        )
+    }
+
+    #[test]
+    fn a_calls_input_is_found_in_the_traces_tail_or_else_in_the_whole_trace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let trace = dir.path().join("trace.jsonl");
+        // `early` is far before the tail; `late` is in it.
+        let filler = format!("{}\n", serde_json::json!({"event_type": "inference", "pad": "x".repeat(1000)}));
+        let mut text = started("early", "first");
+        for _ in 0..(2 * TAIL as usize / filler.len()) {
+            text.push_str(&filler);
+        }
+        text.push_str(&started("late", "second"));
+        std::fs::write(&trace, &text).expect("write");
+        let tail_text = tail(&trace, TAIL).expect("tail");
+        assert!(tail_text.len() as u64 <= TAIL && tail_text.contains("\"late\"") && !tail_text.contains("\"early\""));
+        assert!(tail_text.starts_with('{'), "the tail starts at a whole line");
+        assert_eq!(call_input(&trace, "late").as_deref(), Some(r#"{"path":"second"}"#));
+        assert_eq!(call_input(&trace, "early").as_deref(), Some(r#"{"path":"first"}"#));
+        assert_eq!(call_input(&trace, "never"), None);
+    }
 }

@@ -56,6 +56,7 @@ pub mod package;
 pub mod peer;
 pub mod session;
 pub mod spend;
+pub mod timer_floor;
 pub mod tls;
 
 /// A session and launching it.
