@@ -34,10 +34,21 @@ const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 /// at once + this) × [`KEEP_RESIDENT`] per memory.
 const MAX_UNUSED_WARM_SLOTS: u32 = 16;
 
-/// Bytes of each freed linear memory kept resident: `CAPSULE_KEEP_RESIDENT` (bytes; `0`
-/// hands every page back to the kernel after each call), else [`KEEP_RESIDENT`].
+/// The most `CAPSULE_KEEP_RESIDENT` may ask for (a slot never keeps more than it holds anyway).
+const KEEP_RESIDENT_MAX: usize = 1 << 30;
+
+/// Bytes of each freed linear memory kept resident: `CAPSULE_KEEP_RESIDENT` (bytes, at most
+/// 1 GiB; `0` hands every page back to the kernel after each call), else [`KEEP_RESIDENT`].
+/// A value that is not a number is warned about and the default used.
 pub fn keep_resident() -> usize {
-    std::env::var("CAPSULE_KEEP_RESIDENT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(KEEP_RESIDENT)
+    let Ok(v) = std::env::var("CAPSULE_KEEP_RESIDENT") else { return KEEP_RESIDENT };
+    match v.trim().parse::<usize>() {
+        Ok(n) => n.min(KEEP_RESIDENT_MAX),
+        Err(_) => {
+            tracing::warn!(value = %v, "CAPSULE_KEEP_RESIDENT is not a number of bytes; keeping the default {KEEP_RESIDENT}");
+            KEEP_RESIDENT
+        }
+    }
 }
 
 /// Options for [`Host::new`].

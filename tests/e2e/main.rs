@@ -22,6 +22,7 @@ mod cluster_watch;
 mod common;
 mod compaction;
 mod control;
+mod control_choices;
 mod demo;
 mod door;
 mod gateway;
