@@ -116,6 +116,7 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
                 key: None,
                 style: Default::default(),
             }),
+            gate: None,
         },
     }
 }

@@ -37,6 +37,9 @@ pub enum GatewayMsg {
         frames: bool,
         /// The W3C `traceparent` of the task the call serves, sent upstream.
         traceparent: Option<String>,
+        /// Held until the step before the call is journaled: the driver may build its request
+        /// meanwhile, but nothing is sent before it opens (`None`: nothing to wait for).
+        gate: Option<capsule_runtime::SendGate>,
         /// Answer.
         reply: RpcReplyPort<InferReply>,
     },
@@ -108,8 +111,8 @@ impl Actor for Gateway {
         state: &mut GatewayArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Infer { task_id, request, config, frames, traceparent, reply } => {
-                let call = Call { task_id, config, frames, traceparent };
+            GatewayMsg::Infer { task_id, request, config, frames, traceparent, gate, reply } => {
+                let call = Call { task_id, config, frames, traceparent, gate };
                 let r = infer(state, call, &request).await;
                 let _ = reply.send(r);
             }
@@ -125,10 +128,11 @@ struct Call {
     config: Option<String>,
     frames: bool,
     traceparent: Option<String>,
+    gate: Option<capsule_runtime::SendGate>,
 }
 
 async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferReply {
-    let Call { task_id, config, frames, traceparent } = call;
+    let Call { task_id, config, frames, traceparent, gate } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
@@ -153,6 +157,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferR
     let endpoint = route.as_ref().map(|r| r.endpoint.to_string());
     let mut grants = state.grants.clone();
     grants.policy.gateway = route;
+    grants.policy.gate = gate;
     // The choice's model and driver config, per call (two choices may share this driver).
     grants.env.retain(|(k, _)| k != "MURMUR_INFERENCE_MODEL" && k != "MURMUR_INFERENCE_DRIVER_CONFIG");
     grants.env.push(("MURMUR_INFERENCE_MODEL".into(), request.model.clone()));

@@ -75,6 +75,7 @@ impl HookInference {
             timeout: self.timeout,
             frames: false,
             traceparent: None,
+            gate: None,
         };
         let retry = Retry { max: self.max_retries, journal: journal.clone(), session: self.session_id.clone() };
         let reply = admitted_call(planned, retry).await;

@@ -9,7 +9,7 @@
 
 use crate::journal_check::SealedFile;
 use crate::journal_log::{JournalLog, LogError};
-use capsule_protocol::trace::TraceEvent;
+use capsule_protocol::trace::{TraceEvent, TraceKind};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::value::RawValue;
 use std::path::PathBuf;
@@ -44,6 +44,9 @@ pub enum JournalMsg {
         /// Answered after the writes.
         reply: RpcReplyPort<Result<(), WriteFailed>>,
     },
+    /// Test hook: the next `Append` carrying a trace line of this kind fails, as a full disk
+    /// or a lost JetStream would fail it, and writes nothing.
+    InjectFailure(TraceKind),
 }
 
 /// The key of the conversation-record line that says "the context is replaced by the messages
@@ -106,6 +109,8 @@ pub struct JournalState {
     conversation: Box<dyn JournalLog>,
     paths: JournalArgs,
     failed_writes: u64,
+    /// The test hook's armed failure.
+    fail_next: Option<TraceKind>,
 }
 
 /// The journal actor: the only writer of `trace.jsonl` and `conversation.jsonl`.
@@ -160,7 +165,7 @@ impl Actor for Journal {
                 Box::new(open_stream(c, crate::cluster::Record::Conversation, &c.conversation_last).await?),
             ),
         };
-        Ok(JournalState { trace, conversation, paths: args, failed_writes: 0 })
+        Ok(JournalState { trace, conversation, paths: args, failed_writes: 0, fail_next: None })
     }
 
     async fn handle(
@@ -174,8 +179,16 @@ impl Actor for Journal {
                 let _ = write_line(state.trace.as_mut(), &ev, &mut state.failed_writes).await;
             }
             JournalMsg::Append { events, messages, reply } => {
+                if let Some(kind) = state.fail_next.filter(|k| events.iter().any(|e| e.event_type == k.as_str())) {
+                    state.fail_next = None;
+                    state.failed_writes += 1;
+                    let source = LogError::Io(std::io::Error::other(format!("injected failure of a {kind:?} step")));
+                    let _ = reply.send(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
+                    return Ok(());
+                }
                 let _ = reply.send(append(state, None, &messages, &events).await);
             }
+            JournalMsg::InjectFailure(kind) => state.fail_next = Some(kind),
             JournalMsg::Replace { events, messages, reply } => {
                 let marker = serde_json::json!({CONTEXT_REPLACED: {"messages": messages.len()}});
                 let _ = reply.send(append(state, Some(marker), &messages, &events).await);

@@ -427,7 +427,7 @@ pub(crate) fn grants_for(
                 env,
                 preopen: None,
                 limits,
-                policy: OutgoingPolicy { allow: Vec::new(), gateway: None },
+                policy: OutgoingPolicy { allow: Vec::new(), gateway: None, gate: None },
                 disk: disk.clone(),
             });
         }
@@ -447,7 +447,7 @@ pub(crate) fn grants_for(
         env,
         preopen,
         limits: caps.limits,
-        policy: OutgoingPolicy { allow, gateway: None },
+        policy: OutgoingPolicy { allow, gateway: None, gate: None },
         disk: disk.clone(),
     })
 }

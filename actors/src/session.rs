@@ -439,6 +439,11 @@ impl Session {
         self.peer(role::LOOP).tell(LoopMsg::InjectPanic).is_ok()
     }
 
+    /// Test hook: the next journal step carrying a trace line of `kind` fails to be written.
+    pub fn inject_journal_failure(&self, kind: TraceKind) -> bool {
+        self.peer(role::JOURNAL).tell(crate::journal::JournalMsg::InjectFailure(kind)).is_ok()
+    }
+
     /// Test hook: make the tools actor panic (it is restarted).
     pub fn inject_tools_panic(&self) -> bool {
         self.peer(role::TOOLS).tell(ToolsMsg::InjectPanic).is_ok()

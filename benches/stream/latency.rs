@@ -120,6 +120,7 @@ pub(crate) async fn latency_driver(host: &Host) -> LatencyRow {
                 key: None,
                 style: Default::default(),
             }),
+            gate: None,
         },
     };
     let request = DriverRequest {

@@ -155,6 +155,7 @@ pub(crate) fn new_store(
     http.set_field_size_limit(FIELD_SIZE_LIMIT);
     let mut table = wasmtime::component::ResourceTable::new();
     table.set_max_capacity(l.resources as usize);
+    let paused = Arc::new(crate::events::Paused::default());
     let state = StoreState {
         wasi,
         http,
@@ -164,10 +165,11 @@ pub(crate) fn new_store(
             response: ResponseLimit { bytes: l.response_bytes, hit: Default::default() },
             last: Default::default(),
             unreachable: Default::default(),
+            paused: paused.clone(),
         },
         limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
         events,
-        paused: Default::default(),
+        paused,
         role: grants.role,
         stderr,
         disk: CallDisk::new(grants.disk.clone(), l.disk_bytes),

@@ -23,6 +23,7 @@ mod call;
 mod engine;
 mod error;
 mod events;
+mod gate;
 mod grants;
 mod hook;
 mod limiter;
@@ -38,6 +39,7 @@ pub use call::{CallOutcome, ToolInput, ToolResult, ToolStatus};
 pub use engine::{EPOCH_TICK, Host, HostOptions, KEEP_RESIDENT, keep_resident};
 pub use error::{CallError, LoadError};
 pub use events::{GuestEvents, InferenceAnswer, InferenceAsk, InferenceReplyText, InputAnswer, NoEvents, Paused};
+pub use gate::{GateOpener, SendGate, send_gate};
 pub use grants::{ArtifactRole, Grants, Scope};
 pub use hook::{HookError, HookEvent, HookInstance, HookOutput};
 pub use load::{

@@ -158,6 +158,9 @@ pub struct OutgoingPolicy {
     pub allow: Vec<AllowRule>,
     /// The gateway, for drivers that have one.
     pub gateway: Option<GatewayRoute>,
+    /// When requests may leave: with a gate, every request of the call waits until the step
+    /// before the call is journaled (`None`: at once).
+    pub gate: Option<crate::SendGate>,
 }
 
 impl OutgoingPolicy {
@@ -320,6 +323,8 @@ pub(crate) struct Hooks {
     pub last: Arc<std::sync::Mutex<Option<UpstreamStatus>>>,
     /// The last request that got no answer at all: `(authority, what went wrong)`.
     pub unreachable: Arc<std::sync::Mutex<Option<(String, String)>>>,
+    /// The store's paused clock: a wait on the send gate is not the guest's time.
+    pub paused: Arc<crate::events::Paused>,
 }
 
 /// A transport failure in words a user can act on (wasi:http's error codes name the case).
@@ -357,8 +362,21 @@ impl WasiHttpHooks for Hooks {
         let limit = self.response.clone();
         let last = self.last.clone();
         let unreachable = self.unreachable.clone();
+        let gate = self.policy.gate.clone();
+        let paused = self.paused.clone();
         Box::new(async move {
             let request = decided?;
+            // Nothing leaves before the step this call follows is journaled.
+            if let Some(mut gate) = gate {
+                paused.start();
+                let passed = gate.passed().await;
+                paused.stop();
+                if !passed {
+                    return Err(HttpError::InternalError(Some(
+                        "the step before this call was not journaled; the request was not sent".into(),
+                    )));
+                }
+            }
             let authority = request.uri().authority().map(ToString::to_string).unwrap_or_default();
             let res = match crate::upstream::send(request, options).await {
                 Ok(answer) => answer,
@@ -412,6 +430,7 @@ mod tests {
                 key: Some(SecretKey("sk-test".into())),
                 style: KeyStyle::ByPath,
             }),
+            gate: None,
         }
     }
 
@@ -452,7 +471,11 @@ mod tests {
 
     #[test]
     fn unlisted_hosts_are_denied_and_listed_ones_pass() {
-        let p = OutgoingPolicy { allow: vec![AllowRule::parse("https://ok.example").expect("rule")], gateway: None };
+        let p = OutgoingPolicy {
+            allow: vec![AllowRule::parse("https://ok.example").expect("rule")],
+            gateway: None,
+            gate: None,
+        };
         assert!(matches!(p.decide(req("http://evil.example/")), Err(HttpError::HttpRequestDenied)));
         assert!(p.decide(req("https://ok.example/x")).is_ok());
         assert!(
@@ -476,7 +499,7 @@ mod tests {
 
     #[test]
     fn user_info_in_the_authority_is_refused_whatever_the_host() {
-        let p = OutgoingPolicy { allow: vec![AllowRule::parse("127.0.0.1").expect("rule")], gateway: None };
+        let p = OutgoingPolicy { allow: vec![AllowRule::parse("127.0.0.1").expect("rule")], gateway: None, gate: None };
         assert!(p.decide(req("http://127.0.0.1:9/x")).is_ok());
         for bad in ["http://x@127.0.0.1:9/x", "http://127.0.0.1@evil.example/x", "http://u:p@127.0.0.1/x"] {
             assert!(matches!(p.decide(req(bad)), Err(HttpError::HttpRequestDenied)), "{bad} passed");

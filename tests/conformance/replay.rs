@@ -94,6 +94,7 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
                 style: Default::default(),
                 traceparent: None,
             }),
+            gate: None,
         },
     };
     let recorder = Arc::new(Recorder::default());

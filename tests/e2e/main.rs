@@ -44,3 +44,4 @@ mod spend;
 mod supervision;
 mod tls;
 mod watch;
+mod write_before_act;

@@ -100,6 +100,9 @@ pub(crate) struct PlannedCall {
     pub frames: bool,
     /// The task's `traceparent`, sent upstream.
     pub traceparent: Option<String>,
+    /// Opened when the step before the call is journaled; nothing is sent before (`None`: that
+    /// step was already journaled).
+    pub gate: Option<capsule_runtime::SendGate>,
 }
 
 /// One admission, one gateway call, one settlement.
@@ -116,6 +119,7 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         timeout,
         frames,
         traceparent,
+        gate,
     } = call;
     let frames = *frames;
     let (estimate, max_output, timeout) = (*estimate, *max_output, *timeout);
@@ -145,11 +149,19 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         config: config.clone(),
         frames,
         traceparent: traceparent.clone(),
+        gate: gate.clone(),
         reply,
     };
-    let reply = match gateway.ask(infer, timeout).await {
-        Ok(r) => r,
-        Err(e) => {
+    // The call's deadline runs from when its request may leave: a wait for the journal (a
+    // JetStream leader election, a lost server) is the journal's, never the call's.
+    let asked = gateway.ask(infer, wait::UNTIL_DONE);
+    let reply = match after_gate(asked, gate.clone(), timeout).await {
+        Ok(Ok(r)) => r,
+        Err(_elapsed) => {
+            tracing::warn!(artifact, "the gateway did not answer the call in time");
+            fail(InferenceError::GatewayDown { artifact: artifact.to_string() })
+        }
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, artifact, "the gateway did not answer the call");
             fail(InferenceError::GatewayDown { artifact: artifact.to_string() })
         }
@@ -171,6 +183,23 @@ async fn admitted_once(call: &PlannedCall) -> InferReply {
         tracing::error!(error = %e, "a settlement was not delivered; the call stays charged in full");
     }
     reply
+}
+
+/// `fut` bounded by `timeout`, counted from when `gate` opens (or is refused); without a gate,
+/// from now.
+async fn after_gate<T>(
+    fut: impl std::future::Future<Output = T>,
+    gate: Option<capsule_runtime::SendGate>,
+    timeout: Duration,
+) -> Result<T, tokio::time::error::Elapsed> {
+    let mut fut = std::pin::pin!(fut);
+    if let Some(mut gate) = gate {
+        tokio::select! {
+            out = &mut fut => return Ok(out),
+            _ = gate.passed() => {}
+        }
+    }
+    tokio::time::timeout(timeout, fut).await
 }
 
 /// What a driver choice is sent of a stored message: a `thinking` (or redacted thinking) block

@@ -48,6 +48,8 @@ impl LoopState {
         if window == 0 || (before as f64) < c.threshold * f64::from(window) {
             return Ok(());
         }
+        // Compaction acts (hooks, a summary call, the journal): the step before it first.
+        self.settle().await.map_err(|e| e.to_string())?;
         let (task_id, turn) = self.running.as_ref().map(|r| (r.task_id.clone(), r.turn)).unwrap_or_default();
         let ratio = before as f64 / f64::from(window);
         let base = json!({"task_id": task_id, "turn": turn, "tokens_before": before, "window": window, "threshold": c.threshold});

@@ -67,6 +67,13 @@ impl Context {
         self.messages.push(m);
     }
 
+    /// Forget the messages from position `len` on (a step whose write failed).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.messages.truncate(len);
+        self.json.truncate(len);
+        self.counter.truncate(len);
+    }
+
     /// Every message's JSON, in order (for the journal when the context replaces another).
     pub(crate) fn serialized(&self) -> Vec<Box<RawValue>> {
         self.json.clone()

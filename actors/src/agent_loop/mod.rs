@@ -23,6 +23,7 @@ mod settings;
 mod spans;
 mod task;
 mod tool_calls;
+mod unacked;
 
 pub use ask::InputRefusal;
 pub use compaction::CompactionConfig;
@@ -309,6 +310,8 @@ pub struct LoopState {
     pub(crate) asked: u64,
     /// What `on-session-end` reports.
     pub(crate) totals: hooks::Totals,
+    /// A step journaled without waiting (a turn's last tool result), until it is settled.
+    pub(crate) unacked: Option<unacked::Unacked>,
 }
 
 /// The agent loop actor.
@@ -340,6 +343,7 @@ impl Actor for AgentLoop {
             last_applied: None,
             asked: 0,
             totals: Default::default(),
+            unacked: None,
         };
         state.restore(restored);
         Ok(state)

@@ -60,6 +60,8 @@ impl LoopState {
     /// Send a frame to the emitter (which journals it to `frames.jsonl` and fans it out). An
     /// emitter that is restarting loses the frame; the trace and conversation still have it.
     pub(crate) fn emit(&self, frame: Frame) {
+        // Held while a step is unacknowledged: no frame shows a step before the journal has it.
+        let Some(frame) = self.hold_frame(frame) else { return };
         if let Err(e) = self.peer(role::EMITTER).tell(EmitterMsg::Emit(frame)) {
             tracing::warn!(session = self.sid(), error = %e, "a frame was not emitted");
         }
@@ -94,10 +96,12 @@ impl LoopState {
 
     /// Write messages and trace events and wait until they are written.
     pub(crate) async fn journal(
-        &self,
+        &mut self,
         messages: Vec<Box<serde_json::value::RawValue>>,
         events: Vec<(TraceKind, serde_json::Value)>,
     ) -> Result<(), JournalError> {
+        // A step never follows one that may not have been written.
+        self.settle().await?;
         let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
         // A clustered journal waits for JetStream as long as it takes (a leader election, a lost
         // server): the step waits with it, and the lease keeper stops the session if its lease
@@ -246,6 +250,8 @@ impl LoopState {
         if let Some(r) = self.running.as_mut() {
             r.estimate = estimate;
         }
+        // Behind the step before it, when that is not acknowledged yet.
+        let gate = self.unacked.as_ref().map(|u| u.gate.clone());
         let myself = myself.clone();
         let request = match wire {
             Ok(wire) => std::sync::Arc::new(wire),
@@ -269,6 +275,7 @@ impl LoopState {
                 timeout,
                 frames: true,
                 traceparent,
+                gate,
             };
             let reply = super::call::admitted_call(planned, retry).await;
             let _ = myself.cast(LoopMsg::InferenceDone { attempt, reply: Box::new(reply) });
@@ -276,6 +283,13 @@ impl LoopState {
     }
 
     pub(crate) async fn on_inference(&mut self, myself: &ActorRef<LoopMsg>, reply: InferReply) {
+        if self.running.is_none() {
+            return;
+        }
+        // The step the call followed: a call behind a refused gate sent nothing.
+        if let Err(e) = self.settle().await {
+            return self.fail_unjournaled(e).await;
+        }
         let Some(r) = self.running.as_ref() else { return };
         let (task_id, turn) = (r.task_id.clone(), r.turn);
         let turn_ms = r.turn_started.elapsed().as_secs_f64() * 1000.0;
@@ -389,6 +403,11 @@ impl LoopState {
     }
 
     pub(crate) async fn finish(&mut self, status: ExitStatus, text: String) {
+        // A task that ends while its last step is unacknowledged (canceled while the call
+        // waits) ends after it; a failed write was that step's, and the end is still reported.
+        if let Err(e) = self.settle().await {
+            tracing::error!(session = self.sid(), error = %e, "the task's last step could not be journaled");
+        }
         // `on-task-end` for every end; a reopen it asks for is honoured only where the task
         // ended ok (`on_inference`), so here it is traced refused.
         self.task_ending(status.as_str()).await;

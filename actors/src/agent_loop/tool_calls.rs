@@ -111,6 +111,7 @@ impl LoopState {
         let Some(r) = self.running.as_mut() else { return };
         let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
         r.next_call += 1;
+        let last = r.next_call >= r.calls.len();
         let task_id = r.task_id.clone();
         let call_started = r.call_started;
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Settle { id: id.clone() });
@@ -121,7 +122,16 @@ impl LoopState {
         let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
         let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
         let result = Message::tool_result(id.clone(), reply.content.clone(), reply.is_error);
-        if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, finished)]).await {
+        // The turn's last result is followed by the next provider call, which waits behind a
+        // gate for its write (`unacked.rs`); nothing else acts before it is settled. With an
+        // `on-tool-call` hook, which acts next, the write is awaited here.
+        let events = vec![(TraceKind::ToolCall, finished)];
+        let recorded = if last && !self.hooked("on-tool-call") {
+            self.record_unacked(result, events).await
+        } else {
+            self.record_with(result, events).await
+        };
+        if let Err(e) = recorded {
             return self.fail_unjournaled(e).await;
         }
         self.span(
