@@ -6,32 +6,75 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Time a call spent waiting for a person, kept off its deadline.
+/// Time a call spent waiting on the host (a person's answer, a hook's inference, its send
+/// gate), kept off its deadline. Waits may overlap (two requests held at one gate): the time
+/// counted is when at least one wait is in progress.
 #[derive(Debug, Default)]
 pub struct Paused {
-    inner: Mutex<(Duration, Option<Instant>)>,
+    inner: Mutex<Waits>,
+}
+
+#[derive(Debug, Default)]
+struct Waits {
+    /// Ended stretches of waiting.
+    total: Duration,
+    /// Since when at least one wait is in progress.
+    since: Option<Instant>,
+    /// Waits in progress.
+    open: u32,
 }
 
 impl Paused {
     /// A wait begins.
     pub fn start(&self) {
         if let Ok(mut g) = self.inner.lock() {
-            g.1 = Some(Instant::now());
+            if g.open == 0 {
+                g.since = Some(Instant::now());
+            }
+            g.open += 1;
         }
     }
 
-    /// The wait ended.
+    /// A wait ended.
     pub fn stop(&self) {
-        if let Ok(mut g) = self.inner.lock()
-            && let Some(since) = g.1.take()
-        {
-            g.0 += since.elapsed();
+        if let Ok(mut g) = self.inner.lock() {
+            g.open = g.open.saturating_sub(1);
+            if g.open == 0
+                && let Some(since) = g.since.take()
+            {
+                g.total += since.elapsed();
+            }
         }
     }
 
     /// All time waited so far, the wait in progress included.
     pub fn total(&self) -> Duration {
-        self.inner.lock().map(|g| g.0 + g.1.map_or(Duration::ZERO, |s| s.elapsed())).unwrap_or_default()
+        self.inner.lock().map(|g| g.total + g.since.map_or(Duration::ZERO, |s| s.elapsed())).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_waits_count_once_and_end_with_the_last() {
+        let p = Paused::default();
+        p.start();
+        p.start();
+        p.stop();
+        let during = p.total();
+        assert!(p.inner.lock().expect("lock").since.is_some(), "one wait is still in progress");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while p.total() == during {
+            assert!(Instant::now() < deadline, "the open wait keeps counting");
+        }
+        p.stop();
+        let ended = p.total();
+        assert!(p.inner.lock().expect("lock").since.is_none(), "every wait ended");
+        assert_eq!(p.total(), ended, "nothing counts once every wait ended");
+        p.stop();
+        assert_eq!(p.total(), ended, "an extra stop changes nothing");
     }
 }
 
