@@ -8,6 +8,7 @@
 
 mod artifact;
 mod grant_rules;
+mod hook_contract;
 mod parse;
 mod sections;
 mod types;
