@@ -51,8 +51,9 @@ async fn a_tool_result_that_is_not_journaled_is_never_sent_shown_or_kept() {
     assert_eq!(roles, ["user", "assistant", "user", "assistant"], "{record}");
 }
 
-/// Driver grants as the gateway builds them, keyless, to the stub at `endpoint`, behind `gate`.
-fn gated_driver(endpoint: &str, gate: capsule_runtime::SendGate) -> Grants {
+/// Driver grants as the gateway builds them, keyless, to the stub at `endpoint`, behind `gate`,
+/// with a guest deadline of `deadline_seconds`.
+fn gated_driver(endpoint: &str, gate: capsule_runtime::SendGate, deadline_seconds: u64) -> Grants {
     Grants {
         role: ArtifactRole::Driver,
         env: vec![
@@ -62,7 +63,7 @@ fn gated_driver(endpoint: &str, gate: capsule_runtime::SendGate) -> Grants {
         ],
         preopen: None,
         disk: Default::default(),
-        limits: Limits { deadline_seconds: 60, ..Limits::default() },
+        limits: Limits { deadline_seconds, ..Limits::default() },
         policy: OutgoingPolicy {
             allow: Vec::new(),
             gateway: Some(GatewayRoute {
@@ -77,11 +78,8 @@ fn gated_driver(endpoint: &str, gate: capsule_runtime::SendGate) -> Grants {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_call_sends_nothing_before_its_gate_opens_and_nothing_at_all_when_refused() {
-    let stub = stub(vec![Turn::text("sent after the gate opened")]);
-    let host = host();
-    let driver = LoadedArtifact::load_file(&host, "driver-anthropic", &dist("driver-anthropic")).expect("loads");
+/// A one-message neutral request, as the driver's input.
+fn hello_request() -> String {
     let request = DriverRequest {
         model: "claude-test".into(),
         max_tokens: 64,
@@ -92,21 +90,34 @@ async fn a_driver_call_sends_nothing_before_its_gate_opens_and_nothing_at_all_wh
         continuation_id: None,
         prompt_cache_key: "k".into(),
     };
-    let input = serde_json::to_string(&request).expect("request");
+    serde_json::to_string(&request).expect("request")
+}
+
+/// Poll until the call's request is held at the gate.
+async fn held(opener: &capsule_runtime::GateOpener) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while opener.waiting() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the request never reached the gate");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_call_sends_nothing_before_its_gate_opens_and_nothing_at_all_when_refused() {
+    let stub = stub(vec![Turn::text("sent after the gate opened")]);
+    let host = host();
+    let driver = LoadedArtifact::load_file(&host, "driver-anthropic", &dist("driver-anthropic")).expect("loads");
+    let input = hello_request();
     for open in [false, true] {
         let (opener, gate) = send_gate();
-        let grants = gated_driver(&stub.url(), gate);
+        let grants = gated_driver(&stub.url(), gate, 60);
         let (host, driver, input) = (host.clone(), driver.clone(), input.clone());
         let call = tokio::spawn(async move {
             let data = ToolInput { data: Some(input), log_path: None };
             driver.call(&host, &grants, Arc::new(NoEvents), data).await
         });
         // The guest built its request and handed it to the host, which holds it at the gate.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while opener.waiting() == 0 {
-            assert!(tokio::time::Instant::now() < deadline, "the request never reached the gate");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        held(&opener).await;
         assert!(stub.requests().is_empty(), "a request left before the gate was decided");
         if open {
             opener.open()
@@ -123,4 +134,27 @@ async fn a_driver_call_sends_nothing_before_its_gate_opens_and_nothing_at_all_wh
             assert!(stub.requests().is_empty(), "a refused gate sent nothing");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_at_the_gate_is_the_hosts_time_not_the_drivers_deadline() {
+    // A journal slower than the driver's whole deadline (a JetStream leader election) must not
+    // make the call time out: the wait is kept off the guest's clock.
+    let stub = stub(vec![Turn::text("answered after a long wait")]);
+    let host = host();
+    let driver = LoadedArtifact::load_file(&host, "driver-anthropic", &dist("driver-anthropic")).expect("loads");
+    let (opener, gate) = send_gate();
+    let grants = gated_driver(&stub.url(), gate, 1);
+    let call = tokio::spawn(async move {
+        let data = ToolInput { data: Some(hello_request()), log_path: None };
+        driver.call(&host, &grants, Arc::new(NoEvents), data).await
+    });
+    held(&opener).await;
+    // Held past the one-second deadline: wall time has to pass, there is nothing to poll for.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    opener.open();
+    let outcome = call.await.expect("joined");
+    let status = outcome.result.as_ref().map(|r| r.status);
+    assert_eq!(status.ok(), Some(ToolStatus::Passed), "{:?}", outcome.result);
+    assert_eq!(stub.requests().len(), 1);
 }
