@@ -80,6 +80,21 @@ async fn tool_calls_run_in_order_and_frames_follow_the_per_task_order() {
         )
         .collect();
     assert_eq!(arts, vec!["c1".to_string(), "c2".to_string()]);
+    // The second turn's status comes after the first turn's results and before its own text
+    // (the results' frames are held until their write is acknowledged, and the call behind
+    // them sends only after they reached the emitter).
+    let turn2 = frames
+        .iter()
+        .position(|f| matches!(&f.frame, Frame::Status { status, .. } if status.message == "inference turn 2"))
+        .expect("turn 2 status");
+    let last_artifact = kinds.iter().rposition(|k| *k == "artifact").expect("artifact");
+    let answer = frames
+        .iter()
+        .position(
+            |f| matches!(&f.frame, Frame::Text { text, .. } if !text.is_empty() && "all done".contains(text.as_str())),
+        )
+        .expect("the answer's text");
+    assert!(last_artifact < turn2 && turn2 < answer, "{kinds:?}");
     match &frames.last().expect("last").frame {
         Frame::Status { status, is_final: true, .. } => {
             assert_eq!(status.state, TaskState::Completed);

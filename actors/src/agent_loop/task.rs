@@ -251,7 +251,7 @@ impl LoopState {
             r.estimate = estimate;
         }
         // Behind the step before it, when that is not acknowledged yet.
-        let gate = self.unacked.as_ref().map(|u| u.gate.clone());
+        let gate = self.gate_for_call();
         let myself = myself.clone();
         let request = match wire {
             Ok(wire) => std::sync::Arc::new(wire),

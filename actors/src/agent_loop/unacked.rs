@@ -11,8 +11,10 @@
 //! What still holds (write before act):
 //! - no byte of the provider call leaves the host before the write is acknowledged (the gate);
 //! - the frames the loop emits meanwhile (the result's `artifact`, the next turn's `status`) are
-//!   held and reach the emitter only after the acknowledgement, before the gate opens, so a
-//!   client never sees a step the journal may not have, and frame order is unchanged;
+//!   held and reach the emitter only after the acknowledgement, so a client never sees a step
+//!   the journal may not have. The gate opens only once every frame the loop emitted before it
+//!   started the call has reached the emitter (the loop marks that moment in the same channel),
+//!   so the call's own frames come after them by construction, not by timing;
 //! - anything else that would act (a hook, compaction, another journal write, the task's end,
 //!   the call's answer) first [`settle`](LoopState::settle)s the step: waits for the
 //!   acknowledgement, and on a failed write takes the message back out of the context and fails
@@ -21,7 +23,7 @@
 use capsule_protocol::frame::Frame;
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::{TraceEvent, TraceKind};
-use capsule_runtime::SendGate;
+use capsule_runtime::{GateOpener, SendGate};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::LoopState;
@@ -36,11 +38,19 @@ pub(crate) struct Unacked {
     /// The context's length before the step's message.
     context_len: usize,
     /// Opens when the write is acknowledged.
-    pub(crate) gate: SendGate,
-    /// Frames the loop emits meanwhile, forwarded in order after the acknowledgement.
-    frames: UnboundedSender<Frame>,
+    gate: SendGate,
+    /// Frames the loop emits meanwhile, forwarded in order after the acknowledgement, and the
+    /// mark of the call that waits behind the step.
+    held: UnboundedSender<Held>,
     /// The write's outcome, once acknowledged and the held frames forwarded.
     written: tokio::task::JoinHandle<Result<(), JournalError>>,
+}
+
+/// What goes through the hold: a frame, or the mark that the call behind the step was started
+/// (the gate opens when the forwarding reaches it).
+enum Held {
+    Frame(Frame),
+    CallStarted,
 }
 
 impl LoopState {
@@ -62,7 +72,7 @@ impl LoopState {
         self.peer(role::JOURNAL).tell(append)?;
         let wait = if self.config.cluster_conversation.is_some() { wait::UNTIL_DONE } else { wait::JOURNAL };
         let (opener, gate) = capsule_runtime::send_gate();
-        let (frames, mut held) = tokio::sync::mpsc::unbounded_channel::<Frame>();
+        let (frames, mut held) = tokio::sync::mpsc::unbounded_channel::<Held>();
         let emitter = self.peer(role::EMITTER);
         let emit = move |frame| {
             if let Err(e) = emitter.tell(EmitterMsg::Emit(frame)) {
@@ -80,28 +90,31 @@ impl LoopState {
                 opener.refuse();
                 return acked;
             }
-            while let Ok(frame) = held.try_recv() {
-                emit(frame);
+            // In the loop's order: the frames emitted before the call started, then the gate, then
+            // whatever the loop emits until it settles.
+            let mut opener = Some(opener);
+            while let Some(item) = held.recv().await {
+                match item {
+                    Held::Frame(frame) => emit(frame),
+                    Held::CallStarted => opener.take().into_iter().for_each(GateOpener::open),
+                }
             }
-            opener.open();
-            // Frames the loop emits until it settles keep their order behind the held ones.
-            while let Some(frame) = held.recv().await {
-                emit(frame);
-            }
+            // Settled without a call (compaction, the task's end): the step is written all the same.
+            opener.into_iter().for_each(GateOpener::open);
             acked
         });
         let context_len = self.conversation.len();
         self.conversation.push_serialized(m, json);
-        self.unacked = Some(Unacked { context_len, gate, frames, written });
+        self.unacked = Some(Unacked { context_len, gate, held: frames, written });
         Ok(())
     }
 
     /// Wait for the unacknowledged step, if any. A failed write takes its message back out of
     /// the context and is returned: the caller must not act, as after a failed awaited write.
     pub(crate) async fn settle(&mut self) -> Result<(), JournalError> {
-        let Some(Unacked { context_len, gate: _, frames, written }) = self.unacked.take() else { return Ok(()) };
+        let Some(Unacked { context_len, gate: _, held, written }) = self.unacked.take() else { return Ok(()) };
         // Closing the channel ends the forwarding once the held frames are out.
-        drop(frames);
+        drop(held);
         let result = written.await.unwrap_or_else(|_| Err(PeerError::Dropped { role: role::JOURNAL }.into()));
         if result.is_err() {
             self.conversation.truncate(context_len);
@@ -115,10 +128,18 @@ impl LoopState {
         match &self.unacked {
             Some(u) => {
                 // A refused step's frames are dropped with it.
-                let _ = u.frames.send(frame);
+                let _ = u.held.send(Held::Frame(frame));
                 None
             }
             None => Some(frame),
         }
+    }
+
+    /// The gate for a call started now, behind the unacknowledged step (`None`: no step is):
+    /// it opens once the frames emitted so far have reached the emitter.
+    pub(crate) fn gate_for_call(&self) -> Option<SendGate> {
+        let u = self.unacked.as_ref()?;
+        let _ = u.held.send(Held::CallStarted);
+        Some(u.gate.clone())
     }
 }
