@@ -102,13 +102,23 @@ impl LoopState {
     ) -> Result<(), JournalError> {
         // A step never follows one that may not have been written.
         self.settle().await?;
-        let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
-        // A clustered journal waits for JetStream as long as it takes (a leader election, a lost
-        // server): the step waits with it, and the lease keeper stops the session if its lease
-        // is lost meanwhile. A file journal answers at once or not at all.
-        let wait = if self.config.cluster_conversation.is_some() { wait::UNTIL_DONE } else { wait::JOURNAL };
+        let events = self.trace_events(events);
+        let wait = self.journal_wait();
         self.peer(role::JOURNAL).ask(|reply| JournalMsg::Append { events, messages, reply }, wait).await??;
         Ok(())
+    }
+
+    /// A step's trace lines, stamped now.
+    pub(crate) fn trace_events(&self, events: Vec<(TraceKind, serde_json::Value)>) -> Vec<TraceEvent> {
+        events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect()
+    }
+
+    /// How long a step waits for its journal write. A clustered journal waits for JetStream as
+    /// long as it takes (a leader election, a lost server): the step waits with it, and the
+    /// lease keeper stops the session if its lease is lost meanwhile. A file journal answers at
+    /// once or not at all.
+    pub(crate) fn journal_wait(&self) -> std::time::Duration {
+        if self.config.cluster_conversation.is_some() { wait::UNTIL_DONE } else { wait::JOURNAL }
     }
 
     /// Make the journal durable (end of a task or session); a failure is logged, the task's

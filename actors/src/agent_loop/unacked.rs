@@ -22,7 +22,7 @@
 
 use capsule_protocol::frame::Frame;
 use capsule_protocol::neutral::Message;
-use capsule_protocol::trace::{TraceEvent, TraceKind};
+use capsule_protocol::trace::TraceKind;
 use capsule_runtime::{GateOpener, SendGate};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,7 +31,7 @@ use crate::emitter::EmitterMsg;
 use crate::error::JournalError;
 use crate::journal::JournalMsg;
 use crate::names::role;
-use crate::peer::{PeerError, wait};
+use crate::peer::PeerError;
 
 /// A journaled step not yet acknowledged.
 pub(crate) struct Unacked {
@@ -64,15 +64,15 @@ impl LoopState {
     ) -> Result<(), JournalError> {
         self.settle().await?;
         let json = serde_json::value::to_raw_value(&m).map_err(JournalError::Serialize)?;
-        let events = events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect();
+        let events = self.trace_events(events);
         let (port, answer) = tokio::sync::oneshot::channel();
         // Sent from here, not from the waiting task: the loop's later journal messages stay
         // behind it in the journal's mailbox.
         let append = JournalMsg::Append { events, messages: vec![json.clone()], reply: port.into() };
         self.peer(role::JOURNAL).tell(append)?;
-        let wait = if self.config.cluster_conversation.is_some() { wait::UNTIL_DONE } else { wait::JOURNAL };
+        let wait = self.journal_wait();
         let (opener, gate) = capsule_runtime::send_gate();
-        let (frames, mut held) = tokio::sync::mpsc::unbounded_channel::<Held>();
+        let (hold, mut held) = tokio::sync::mpsc::unbounded_channel::<Held>();
         let emitter = self.peer(role::EMITTER);
         let emit = move |frame| {
             if let Err(e) = emitter.tell(EmitterMsg::Emit(frame)) {
@@ -105,7 +105,7 @@ impl LoopState {
         });
         let context_len = self.conversation.len();
         self.conversation.push_serialized(m, json);
-        self.unacked = Some(Unacked { context_len, gate, held: frames, written });
+        self.unacked = Some(Unacked { context_len, gate, held: hold, written });
         Ok(())
     }
 
