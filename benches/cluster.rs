@@ -11,6 +11,8 @@
 //!   each host in turn; each placement goes to the least loaded host). VmRSS of the three hosts
 //!   and of the three nats-servers before the placements and after 2 s idle; the deltas over
 //!   1,000. `--idle` runs this part alone.
+//! - `--via` alone: the sequential appends through each server in turn (three rounds), so the
+//!   journal stream's leader can be told from its followers by what an append costs.
 
 #[path = "../tests/e2e/nats.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test harness")]
@@ -109,6 +111,31 @@ use capsule_actors::cluster::{self, Record, StreamLog};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+async fn via_each(c: &nats::NatsCluster) {
+    let client = cluster::connect(&c.urls()).await.expect("connects");
+    let js = async_nats::jetstream::new(client);
+    let mut stream = cluster::ensure_journal(&js, 3).await.expect("stream");
+    let leader = stream.info().await.expect("info").cluster.clone().and_then(|c| c.leader);
+    println!("leader {leader:?}");
+    for round in 0..3 {
+        for (i, url) in c.urls().iter().enumerate() {
+            let client = cluster::connect(std::slice::from_ref(url)).await.expect("connects");
+            let name = client.server_info().server_name.clone();
+            let js = async_nats::jetstream::new(client);
+            let (mut log, _) =
+                StreamLog::open(&js, &format!("ses_via_{round}_{i}"), Record::Trace).await.expect("open");
+            let mut lat = Vec::new();
+            for n in 0..1000 {
+                let t = Instant::now();
+                log.append(line(n)).await.expect("append");
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let (p50, p99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
+            println!("round {round} via {name}: p50 {p50:.0} µs p99 {p99:.0} µs");
+        }
+    }
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() - 1) as f64 * p).round() as usize]
@@ -124,6 +151,9 @@ fn main() {
         let c = nats::NatsCluster::start(3).await;
         if std::env::args().any(|a| a == "--idle") {
             return idle_sessions(&c).await;
+        }
+        if std::env::args().any(|a| a == "--via") {
+            return via_each(&c).await;
         }
         let client = cluster::connect(&c.urls()).await.expect("connects");
         let js = async_nats::jetstream::new(client);

@@ -10,7 +10,8 @@
 //!   minus the stub's own time answering the first;
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
 //!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
-//!   (`--cluster` prints this table alone).
+//!   (`--cluster` prints this table alone): once from a host connected to the journal stream's
+//!   leader, as `capsule host --cluster` connects, and once from a host on a follower.
 
 #[path = "../tests/e2e/nats.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test harness")]
@@ -190,11 +191,38 @@ fn per_turn(
 /// alternating so that both see the same machine.
 fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
     let nats = rt.block_on(nats::NatsCluster::start(3));
-    let host = rt.block_on(async {
-        let client = capsule_actors::cluster::connect(&nats.urls()).await.expect("connects");
-        ClusterHost::join(async_nats::jetstream::new(client), "bench", 3, Duration::from_secs(3)).await.expect("joins")
+    // A host as `capsule host --cluster` makes it (on the journal stream's leader), and one on
+    // a follower, to show what the leader's connection saves.
+    let (host, follower) = rt.block_on(async {
+        let urls = nats.urls();
+        let host = ClusterHost::start(&urls, "bench", 3, Duration::from_secs(3)).await.expect("joins");
+        let leader = host
+            .js
+            .get_stream(capsule_actors::cluster::JOURNAL_STREAM)
+            .await
+            .expect("journal stream")
+            .info()
+            .await
+            .expect("stream info")
+            .cluster
+            .clone()
+            .and_then(|c| c.leader);
+        let mut follower = None;
+        for url in &urls {
+            let client = capsule_actors::cluster::connect(std::slice::from_ref(url)).await.expect("connects");
+            if Some(client.server_info().server_name) != leader {
+                follower = Some(client);
+                break;
+            }
+        }
+        let follower = follower.expect("a server that does not lead the journal stream");
+        let follower =
+            ClusterHost::join(async_nats::jetstream::new(follower), "bench-follower", 3, Duration::from_secs(3))
+                .await
+                .expect("joins");
+        (host, follower)
     });
-    let (mut files, mut js): (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
+    let (mut files, mut js, mut far): (Vec<_>, Vec<_>, Vec<_>) = (Vec::new(), Vec::new(), Vec::new());
     let stored = || {
         rt.block_on(async {
             let mut stream = host.js.get_stream(capsule_actors::cluster::JOURNAL_STREAM).await.expect("journal stream");
@@ -202,28 +230,55 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
         })
     };
     let before = stored();
+    let (mut cpu_files, mut cpu_js) = (0.0, 0.0);
     for _ in 0..3 {
+        let c0 = cpu_ms(&nats.pids());
         files.push(per_turn(rt, None, false));
+        let c1 = cpu_ms(&nats.pids());
         js.push(per_turn(rt, Some(host.clone()), false));
+        cpu_js += cpu_ms(&nats.pids()) - c1;
+        cpu_files += c1 - c0;
+        far.push(per_turn(rt, Some(follower.clone()), false));
     }
-    let per_turn_entries = (stored() - before) as f64 / (3 * (TURNS + 1)) as f64;
+    let per_turn_entries = (stored() - before) as f64 / (6 * (TURNS + 1)) as f64;
     println!("\n## Per-turn overhead: JetStream journal (3 nats-servers, R3, loopback) vs files\n");
     println!(
-        "3 sessions each, alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n"
+        "3 sessions each (files, JetStream from the leader's connection, JetStream from a follower's), alternating; per session the median of the 5 turns up to the row; the table shows the median of the 3 sessions.\n"
     );
-    println!("| turn | files ms | JetStream ms | difference ms |");
-    println!("|---|---|---|---|");
+    println!("| turn | files ms | JetStream ms | difference ms | JetStream via a follower ms | difference ms |");
+    println!("|---|---|---|---|---|---|");
     for t in ROWS.into_iter().chain([0]) {
         let mut f: Vec<f64> = files.iter().map(|r| r[&t]).collect();
         let mut j: Vec<f64> = js.iter().map(|r| r[&t]).collect();
-        let (f, j) = (median(&mut f), median(&mut j));
+        let mut v: Vec<f64> = far.iter().map(|r| r[&t]).collect();
+        let (f, j, v) = (median(&mut f), median(&mut j), median(&mut v));
         let label = if t == 0 { format!("all of 2–{TURNS}") } else { t.to_string() };
-        println!("| {label} | {f:.3} | {j:.3} | {:+.3} |", j - f);
+        println!("| {label} | {f:.3} | {j:.3} | {:+.3} | {v:.3} | {:+.3} |", j - f, v - f);
     }
     println!(
         "\nJetStream entries stored per turn (conversation, trace and frames, each an acknowledged append): {per_turn_entries:.1}"
     );
+    let turns = (3 * (TURNS + 1)) as f64;
+    println!(
+        "\nCPU of the three nats-servers per turn: {:.3} ms in a JetStream session (leader's connection), {:.3} ms in a file session (their idle cost)",
+        cpu_js / turns,
+        cpu_files / turns
+    );
     drop(nats);
+}
+
+/// CPU time (user + system) the processes have used so far, ms.
+fn cpu_ms(pids: &[u32]) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command (which may hold spaces) in parentheses.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) * 1000.0 / tick)
+        })
+        .sum()
 }
 
 fn main() {

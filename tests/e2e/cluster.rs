@@ -1,7 +1,8 @@
 //! The cluster's storage and ownership primitives on a real 3-node NATS JetStream cluster
 //! (R3): journal records as subjects with fenced appends, leases in a KV bucket, a broker
-//! lost mid-run, an entry in an unknown format, NATS unreachable at start, and the frames
-//! writer storing the frames waiting together in one entry.
+//! lost mid-run, an entry in an unknown format, NATS unreachable at start, a host's connection
+//! to the journal stream's leader, and the frames writer storing the frames waiting together in
+//! one entry.
 
 use crate::nats::NatsCluster;
 use capsule_actors::cluster::{self, ClusterError, Leases, Record, StreamLog};
@@ -136,6 +137,44 @@ async fn nats_unreachable_at_start_is_a_coded_error_naming_the_url() {
     assert_eq!(e.code().as_str(), "E-CLU-001");
     assert!(e.to_string().contains(&url), "{e}");
     assert_eq!(cluster::split_urls(" nats://a:1,,nats://b:2 "), vec!["nats://a:1", "nats://b:2"]);
+}
+
+/// The name of the server each of `urls` reaches.
+async fn server_names(urls: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    for url in urls {
+        let client = cluster::connect(std::slice::from_ref(url)).await.expect("connects");
+        names.push(client.server_info().server_name);
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_connects_to_the_journal_streams_leader_when_its_urls_name_it() {
+    let c = NatsCluster::start(3).await;
+    let urls = c.urls();
+    let js = jetstream(&c).await;
+    let mut stream = js.get_stream(cluster::JOURNAL_STREAM).await.expect("stream");
+    let leader = stream.info().await.expect("info").cluster.clone().and_then(|c| c.leader).expect("an R3 leader");
+    let names = server_names(&urls).await;
+    let at = names.iter().position(|n| *n == leader).expect("the leader is one of the three servers");
+    let follower = &urls[(at + 1) % urls.len()];
+    // A connection to a follower moves to the leader, and appends through it.
+    let client = cluster::connect(std::slice::from_ref(follower)).await.expect("connects");
+    assert_ne!(client.server_info().server_name, leader);
+    let near = cluster::near_journal_leader(client, &urls).await;
+    assert_eq!(near.server_info().server_name, leader, "moved to the journal stream's leader");
+    let (mut log, _) =
+        StreamLog::open(&async_nats::jetstream::new(near), "ses_near", Record::Trace).await.expect("open");
+    log.append(line(1)).await.expect("acknowledged through the leader");
+    // When the list does not name the leader, the connection is kept.
+    let others: Vec<String> = urls.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, u)| u.clone()).collect();
+    let client = cluster::connect(std::slice::from_ref(follower)).await.expect("connects");
+    let kept = cluster::near_journal_leader(client, &others).await;
+    assert_eq!(kept.server_info().server_name, names[(at + 1) % urls.len()], "kept on the follower");
+    // A host started with every URL is on the leader (`capsule host --cluster`).
+    let host = cluster::ClusterHost::start(&urls, "h-near", 3, Duration::from_secs(3)).await.expect("joins");
+    assert_eq!(host.js.client().server_info().server_name, leader);
 }
 
 /// Stands in for the emitter: hands on every frame the writer says it stored.

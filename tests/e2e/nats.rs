@@ -133,12 +133,16 @@ impl NatsCluster {
 
     fn spawn(&mut self, i: usize) {
         let node = &mut self.nodes[i];
-        let child = Command::new(&self.bin)
-            .args(&node.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts");
+        let mut command = Command::new(&self.bin);
+        // Three servers share this machine's cores with the runtime under test: each gets one
+        // core's worth of Go scheduler (Go's default gives each a thread per core, and their
+        // idle spinning cost more CPU than the servers' work; BENCHMARKS.md, #13). A
+        // `GOMAXPROCS` set in the environment is passed on instead.
+        if std::env::var_os("GOMAXPROCS").is_none() {
+            command.env("GOMAXPROCS", "1");
+        }
+        let child =
+            command.args(&node.args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("nats-server starts");
         node.child = Some(child);
     }
 

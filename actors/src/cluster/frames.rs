@@ -32,6 +32,10 @@ pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::Unboun
     let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
+            // Frames sent in one burst (a turn's status after the result's artifact, a driver's
+            // streamed chunks) reach this task one by one; letting the tasks that are ready run
+            // first takes the rest of the burst into this append, at no wait when there is none.
+            tokio::task::yield_now().await;
             // Take what is already waiting, up to a close; `append_all` makes entries of it.
             let (mut batch, mut close, mut next) = (Vec::new(), None, Some(first));
             while let Some(p) = next.take() {

@@ -30,7 +30,9 @@ pub struct ClusterHost {
 }
 
 impl ClusterHost {
-    /// Connect to any of `urls` and join as `name` (E-CLU-001 when none answers).
+    /// Connect to any of `urls` and join as `name` (E-CLU-001 when none answers). The host's
+    /// connection is to the journal stream's leader when `urls` names it
+    /// ([`near_journal_leader`](super::near_journal_leader)).
     pub async fn start(
         urls: &[String],
         name: &str,
@@ -38,6 +40,8 @@ impl ClusterHost {
         ttl: std::time::Duration,
     ) -> Result<ClusterHost, ClusterError> {
         let client = super::connect(urls).await?;
+        super::ensure_journal(&jetstream::new(client.clone()), replicas).await?;
+        let client = super::near_journal_leader(client, urls).await;
         ClusterHost::join(jetstream::new(client), name, replicas, ttl).await
     }
 

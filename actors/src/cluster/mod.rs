@@ -19,7 +19,7 @@ mod sessions;
 mod spend;
 
 pub use capsules::{CapsuleFiles, CapsuleSpec, FILES_BUCKET, FileRef};
-pub use connect::{connect, split_urls};
+pub use connect::{connect, near_journal_leader, split_urls};
 pub use error::{ClusterError, wrong_last_sequence};
 pub use host::ClusterHost;
 pub use hosts::{HOSTS_BUCKET, HostEntry, Hosts};
