@@ -1,7 +1,9 @@
 //! The lease keeper: one per clustered session, under the capsule supervisor. It renews the
-//! session's lease every third of its TTL. When a renewal is refused (the lease expired or
-//! another host took it) it stops the whole session at once: nothing more is written, and the
-//! fenced journal would refuse it anyway.
+//! session's lease every third of its TTL. It stops the whole session at once when a renewal
+//! is refused (the lease expired or another host took it), and also when no renewal got
+//! through within a TTL of the last one sent that did (NATS unreachable or too slow): by its
+//! own clock the lease may be gone by then, and the session stops before another host could
+//! claim it. Nothing more is written; the fenced journal would refuse it anyway.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -25,6 +27,14 @@ pub struct KeeperArgs {
     pub lease: Arc<Mutex<Lease>>,
     /// How often to renew.
     pub every: Duration,
+    /// The lease's TTL: how long after the last renewal that got through the session may go on.
+    pub ttl: Duration,
+}
+
+/// The keeper's state: its arguments, and when the last renewal that got through was sent.
+pub struct KeeperState {
+    args: KeeperArgs,
+    renewed: tokio::time::Instant,
 }
 
 impl KeeperArgs {
@@ -35,7 +45,7 @@ impl KeeperArgs {
         let fields =
             serde_json::json!({"host": c.name, "epoch": lease.record().epoch, "lease_ttl_ms": ttl.as_millis() as u64});
         let every = (ttl / 3).max(Duration::from_millis(50));
-        let args = KeeperArgs { session_id: session_id.to_string(), lease: Arc::new(Mutex::new(lease)), every };
+        let args = KeeperArgs { session_id: session_id.to_string(), lease: Arc::new(Mutex::new(lease)), every, ttl };
         (args, fields)
     }
 }
@@ -45,30 +55,57 @@ pub struct LeaseKeeper;
 
 impl Actor for LeaseKeeper {
     type Msg = KeeperMsg;
-    type State = KeeperArgs;
+    type State = KeeperState;
     type Arguments = KeeperArgs;
 
-    async fn pre_start(&self, myself: ActorRef<KeeperMsg>, args: KeeperArgs) -> Result<KeeperArgs, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<KeeperMsg>,
+        args: KeeperArgs,
+    ) -> Result<KeeperState, ActorProcessingErr> {
         myself.send_interval(args.every, || KeeperMsg::Renew);
-        Ok(args)
+        // The lease was taken (or last renewed by a keeper before a restart) no earlier than
+        // a renewal period ago.
+        let renewed = tokio::time::Instant::now().checked_sub(args.every).unwrap_or_else(tokio::time::Instant::now);
+        Ok(KeeperState { args, renewed })
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<KeeperMsg>,
+        _myself: ActorRef<KeeperMsg>,
         msg: KeeperMsg,
-        state: &mut KeeperArgs,
+        state: &mut KeeperState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             KeeperMsg::Renew => {
-                let renewed = state.lease.lock().await.renew().await;
+                let sent = tokio::time::Instant::now();
+                // The server counts the TTL from when it stored the last renewal, which is
+                // after this host sent it: by this clock the lease lasts at least until here.
+                let deadline = state.renewed + state.args.ttl;
+                let lease = state.args.lease.clone();
+                let renewed = tokio::time::timeout_at(deadline, async move { lease.lock().await.renew().await }).await;
+                let lost = |lease: &Lease| ClusterError::Lost {
+                    session: state.args.session_id.clone(),
+                    host: lease.record().host.clone(),
+                    epoch: lease.record().epoch,
+                };
                 match renewed {
-                    Ok(()) => {}
-                    Err(e @ ClusterError::Lost { .. }) => stop_session(&myself, &state.session_id, &e).await,
-                    // NATS unreachable for a moment: try again at the next tick; if the TTL
-                    // passes meanwhile, the next renewal is refused and the session stops.
-                    Err(e) => {
-                        tracing::warn!(session = state.session_id, error = %e, "the lease was not renewed this time")
+                    Ok(Ok(())) => state.renewed = sent,
+                    Ok(Err(e @ ClusterError::Lost { .. })) => {
+                        stop_session(&state.args.session_id, &e, Ended::Refused).await
+                    }
+                    // NATS unreachable for a moment: tried again at the next tick while the
+                    // lease lasts by this host's clock.
+                    Ok(Err(e)) if tokio::time::Instant::now() < deadline => {
+                        tracing::warn!(session = state.args.session_id, error = %e, "the lease was not renewed this time")
+                    }
+                    Ok(Err(e)) => {
+                        let why = lost(&*state.args.lease.lock().await);
+                        stop_session(&state.args.session_id, &why, Ended::NotRenewed(Some(&e))).await
+                    }
+                    Err(_elapsed) => {
+                        let why = lost(&*state.args.lease.lock().await);
+                        stop_session(&state.args.session_id, &why, Ended::NotRenewed(None)).await
                     }
                 }
             }
@@ -77,11 +114,29 @@ impl Actor for LeaseKeeper {
     }
 }
 
-async fn stop_session(myself: &ActorRef<KeeperMsg>, session_id: &str, why: &ClusterError) {
+/// How a session's lease ended.
+enum Ended<'a> {
+    /// A renewal was refused.
+    Refused,
+    /// No renewal got through within the TTL (the last one's failure, if it failed).
+    NotRenewed(Option<&'a ClusterError>),
+}
+
+async fn stop_session(session_id: &str, why: &ClusterError, ended: Ended<'_>) {
     // Nothing more is written once the lease is lost, not even a trace line: the session's
     // records belong to the new owner now. The host's log says what happened.
-    tracing::error!(session = session_id, code = why.code().as_str(), error = %why, "the session's lease is lost; stopping it");
-    let _ = myself;
+    let code = why.code().as_str();
+    match ended {
+        Ended::Refused => {
+            tracing::error!(session = session_id, code, error = %why, "the session's lease is lost; stopping it")
+        }
+        Ended::NotRenewed(Some(cause)) => {
+            tracing::error!(session = session_id, code, error = %why, cause = %cause, "the lease was not renewed within its TTL; stopping the session")
+        }
+        Ended::NotRenewed(None) => {
+            tracing::error!(session = session_id, code, error = %why, "the lease was not renewed within its TTL (no answer); stopping the session")
+        }
+    }
     let supervisor = crate::names::name(session_id, crate::names::role::SUPERVISOR);
     if let Some(sup) = ractor::registry::where_is(supervisor) {
         sup.stop(Some(format!("lease lost: {why}")));

@@ -130,6 +130,44 @@ async fn exactly_one_host_takes_a_session_and_loses_it_when_it_stops_renewing() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_entry_in_another_format_is_a_coded_refusal_and_a_listing_leaves_it_out() {
+    let c = NatsCluster::start(3).await;
+    let js = jetstream(&c).await;
+    let put = |bucket: &'static str, key: &'static str, value: &'static str| {
+        let js = js.clone();
+        async move {
+            let kv = js.get_key_value(bucket).await.expect("bucket");
+            kv.put(key, value.into()).await.expect("put");
+        }
+    };
+    // The session book: reading the entry is refused with its code; a listing leaves it out
+    // and keeps the good ones.
+    let sessions = cluster::Sessions::open(&js, 3).await.expect("book");
+    let good = cluster::SessionEntry {
+        capsule: "c".into(),
+        spec: "abc".into(),
+        host: "h0".into(),
+        door: Some("http://127.0.0.1:1/".into()),
+        door_key: None,
+        control_key: None,
+    };
+    sessions.put("ses_good", &good).await.expect("booked");
+    put(cluster::SESSIONS_BUCKET, "ses_bad", "{\"not\": \"a session\"}").await;
+    let e = sessions.get(&js, "ses_bad").await.expect_err("refused");
+    assert_eq!(e.code().as_str(), "E-CLU-004", "{e}");
+    assert!(e.to_string().contains("ses_bad"), "{e}");
+    let listed: Vec<String> = sessions.list().await.expect("listed").into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(listed, vec!["ses_good".to_string()]);
+    // The cluster's day totals: a coded refusal, so admission refuses rather than guesses.
+    let spend = cluster::ClusterSpend::open(&js, 3).await.expect("spend bucket");
+    put(cluster::SPEND_BUCKET, "day-2026-12-02", "12").await;
+    let e = spend.totals("2026-12-02").await.expect_err("refused");
+    assert_eq!(e.code().as_str(), "E-CLU-004", "{e}");
+    let e = spend.reserve("2026-12-02", "r1", 10, 1000).await.expect_err("refused, not granted");
+    assert_eq!(e.code().as_str(), "E-CLU-004", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_unreachable_at_start_is_a_coded_error_naming_the_url() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let url = format!("nats://127.0.0.1:{port}");

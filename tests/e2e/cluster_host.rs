@@ -1,5 +1,6 @@
 //! `capsule host --cluster` with the real binary: a host joins a real 3-node JetStream
-//! cluster and its capsules' sessions are leased by it and journaled there; a cluster that is
+//! cluster (here from its host file's `cluster:`) and its capsules' sessions are leased by it
+//! and journaled there; a cluster that is
 //! unreachable at start is a coded error naming the URL, exit 2; a host's claimer lists the
 //! session book and the leases once a round, and reads no single session while all are held.
 
@@ -60,8 +61,25 @@ async fn a_host_that_joined_the_cluster_leases_and_journals_its_sessions_there()
     let c = NatsCluster::start(3).await;
     let stub = stub(vec![Turn::text("hello from the cluster")]);
     let root = tempfile::tempdir().expect("tempdir");
-    let caps = capsules(root.path(), &stub.url());
-    let mut child = host_command(root.path(), &caps, &c.urls().join(",")).spawn().expect("capsule host starts");
+    capsules(root.path(), &stub.url());
+    // Joined from the host file's `cluster:` (the other tests use `--cluster`): its servers and
+    // this host's name.
+    let host_file = root.path().join("host.yaml");
+    let yaml =
+        format!("capsules:\n  - path: ./caps/alpha\ncluster:\n  servers: '{}'\n  name: h1\n", c.urls().join(","));
+    std::fs::write(&host_file, yaml).expect("host file");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["host", "--json"])
+        .arg(&host_file)
+        .current_dir(root.path())
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .env("XDG_CONFIG_HOME", root.path())
+        .env_remove("CAPSULE_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("capsule host starts");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await

@@ -1,6 +1,6 @@
 //! Placement with the real binary: `POST /capsules` on any host of a cluster stores the capsule
 //! and runs it on the least-loaded live host of the registry (ties by name), which never saw
-//! its folder; the placed capsule answers tasks through its door, and the next placement goes
+//! its folder; the registry names each host's doors and leaves out an entry in another format; the placed capsule answers tasks through its door, and the next placement goes
 //! to the host that is now the least loaded.
 
 use crate::cluster_support::*;
@@ -14,13 +14,16 @@ async fn place(host: &RunningHost, body: Value) -> Value {
     api_post(host, "/capsules", &body).await.1
 }
 
-/// Wait until the registry shows every host with the given loads.
-async fn loads_become(hosts: &cluster::Hosts, want: &[(&str, u32)]) {
+/// Wait until the registry shows every host with the given loads, and as many doors.
+async fn loads_become(hosts: &cluster::Hosts, want: &[(&str, u32)]) -> Vec<cluster::HostEntry> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let live = hosts.live().await.unwrap_or_default();
-        if want.iter().all(|(n, l)| live.iter().any(|h| h.name == *n && h.load == *l && h.api.is_some())) {
-            return;
+        let shown = |h: &cluster::HostEntry, n: &str, l: u32| {
+            h.name == n && h.load == l && h.api.is_some() && h.doors.len() == l as usize
+        };
+        if want.iter().all(|(n, l)| live.iter().any(|h| shown(h, n, *l))) {
+            return live;
         }
         assert!(tokio::time::Instant::now() < deadline, "the registry shows {live:?}, not {want:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -39,6 +42,9 @@ async fn cluster_a_capsule_posted_to_any_host_runs_on_the_least_loaded_one() {
     let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
     let registry = cluster::Hosts::open(&js, 3, Duration::from_secs(3)).await.expect("registry");
     loads_become(&registry, &[("h0", 2), ("h1", 1), ("h2", 1)]).await;
+    // An entry in another format is left out; the live hosts are still listed.
+    let kv = js.get_key_value(cluster::HOSTS_BUCKET).await.expect("bucket");
+    kv.put("bogus", "not a host entry".into()).await.expect("put");
 
     // A capsule folder only the test (and h0, which is asked) can read.
     let elsewhere = tempfile::tempdir().expect("tempdir");
@@ -55,8 +61,11 @@ async fn cluster_a_capsule_posted_to_any_host_runs_on_the_least_loaded_one() {
     let on_h1 = api_list(&h1).await;
     assert!(on_h1.iter().any(|e| e["name"] == "c9-0" && e["host"] == "h1" && e["state"] == "running"), "{on_h1:#?}");
 
-    // h1 now runs two: the next one goes to h2.
-    loads_become(&registry, &[("h0", 2), ("h1", 2), ("h2", 1)]).await;
+    // h1 now runs two, and its entry names the placed capsule's door: the next one goes to h2.
+    let live = loads_become(&registry, &[("h0", 2), ("h1", 2), ("h2", 1)]).await;
+    assert!(!live.iter().any(|h| h.name == "bogus"), "{live:?}");
+    let h1_entry = live.iter().find(|h| h.name == "h1").expect("h1 is live");
+    assert!(h1_entry.doors.iter().any(|d| d.url == door && d.capsule == "c9-0"), "{h1_entry:?}");
     let again = place(&h1, json!({"path": folder, "name": "second"})).await;
     assert_eq!((again["host"].as_str(), again["name"].as_str()), (Some("h2"), Some("second")), "{again}");
 

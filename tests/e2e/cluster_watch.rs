@@ -1,6 +1,7 @@
 //! Watching across a failover with the real binaries: `capsule watch` follows, through host B's
 //! API, a session that runs on host A. Host A is killed mid-task; host B claims the session and
-//! finishes it. The watcher sees every frame id once, in order, with no gap, across the move;
+//! finishes it. The watcher sees every frame id once, in order, with no gap, across the move,
+//! and so does a client that reconnects afterwards with `Last-Event-ID` set to one of A's frames;
 //! a door request sent to B's API for that session reaches its owner's door, before the move
 //! and after it.
 
@@ -51,8 +52,12 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     assert_eq!(status, 200, "{through_b}");
     assert_eq!(through_b["result"]["id"], task.as_str(), "{through_b}");
     kill_once_going(&mut a, &name).await;
-
     let js = async_nats::jetstream::new(cluster::connect(&nats.urls()).await.expect("connects"));
+    // What A stored before it died (the lease outlives it by up to a TTL, so nobody else has
+    // written yet).
+    let by_a = stored_frame_ids(&js, &session).await;
+    assert!(!by_a.is_empty(), "A stored frames before the kill");
+
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !completed(&trace(&js, &session).await) {
         assert!(tokio::time::Instant::now() < deadline, "the task did not complete on host B within 60 s");
@@ -77,6 +82,12 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     }
     let expected: Vec<u64> = (1..=last_stored).collect();
     assert_eq!(ids, expected, "every frame id once, in order, across the move");
+    // A client reconnecting through B with `Last-Event-ID` set to one of A's frames gets every
+    // frame after it once, in order: A's rest, then the new owner's.
+    let from = by_a[by_a.len() / 2];
+    assert!(last_stored > *by_a.last().expect("A's frames"), "the new owner stored frames too");
+    let replayed = replay_after(&b, &session, from, last_stored).await;
+    assert_eq!(replayed, (from + 1..=last_stored).collect::<Vec<_>>(), "after {from}: no gap, no repeat");
     let resumed = trace(&js, &session).await;
     assert!(resumed.iter().any(|e| e["event_type"] == "session_start" && e["cluster"]["host"] == "h1"), "moved to h1");
     // After the move the same request through B's API reaches the new owner's door, which
@@ -88,4 +99,30 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     let moved = listed.iter().find(|e| e["session_id"] == session.as_str()).expect("still listed");
     assert_eq!(moved["host"], "h1", "after the move B runs it: {listed:#?}");
     let _ = watcher.start_kill();
+}
+
+/// The frame ids of a `stream/watch` through `host`'s API with `Last-Event-ID: after`, read
+/// until frame `until`.
+async fn replay_after(host: &RunningHost, session: &str, after: u64, until: u64) -> Vec<u64> {
+    use futures::StreamExt;
+    let token = std::fs::read_to_string(&host.token_file).expect("token");
+    let resp = reqwest::Client::new()
+        .post(format!("{}/sessions/{session}", host.api))
+        .bearer_auth(token.trim())
+        .header("last-event-id", after.to_string())
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "stream/watch"}))
+        .send()
+        .await
+        .expect("the host API answers");
+    assert_eq!(resp.status().as_u16(), 200);
+    let (mut text, mut body) = (String::new(), resp.bytes_stream());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !text.contains(&format!("id: {until}\n")) {
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Ok(Some(chunk)) => text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk"))),
+            Ok(None) => panic!("the replay ended before frame {until}: {text}"),
+            Err(_) => panic!("the replay did not reach frame {until} within 30 s: {text}"),
+        }
+    }
+    text.lines().filter_map(|l| l.strip_prefix("id: ")).map(|n| n.trim().parse().expect("a numeric id")).collect()
 }

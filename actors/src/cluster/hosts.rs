@@ -1,5 +1,6 @@
 //! The registry of the cluster's live hosts: a KV bucket with one key per host, holding its API
-//! address, its load (running sessions) and its last heartbeat. Entries expire after the
+//! address, its doors (one per running capsule), its load (running sessions) and its last
+//! heartbeat. Entries expire after the
 //! bucket's `max_age` (the lease TTL), so a host that stops heartbeating leaves it; each host's
 //! claimer writes its own entry every sixth of the TTL.
 
@@ -20,8 +21,22 @@ pub struct HostEntry {
     pub api: Option<String>,
     /// Its running capsule sessions.
     pub load: u32,
+    /// The door of each capsule it runs (a session that moves takes its door to its new host).
+    #[serde(default)]
+    pub doors: Vec<HostDoor>,
     /// When it wrote this entry (ms since the Unix epoch).
     pub heartbeat_ms: u64,
+}
+
+/// A door a host serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostDoor {
+    /// The capsule's name on that host.
+    pub capsule: String,
+    /// The session behind the door.
+    pub session_id: Option<String>,
+    /// The door's URL.
+    pub url: String,
 }
 
 /// The host registry.
@@ -52,14 +67,21 @@ impl Hosts {
     }
 
     /// Every live host, least loaded first (then by name). An entry in another format is
-    /// skipped.
+    /// left out with a coded warning (`E-CLU-004`): one bad entry does not hide the others.
     pub async fn live(&self) -> Result<Vec<HostEntry>, ClusterError> {
         let keys = super::kv_read::keys(&self.kv, "list the hosts").await?;
         let mut out = Vec::new();
         for key in keys {
             let value = self.kv.get(&key).await.map_err(|e| ClusterError::js(format!("read host {key}"), e))?;
-            if let Some(entry) = value.and_then(|v| serde_json::from_slice::<HostEntry>(&v).ok()) {
-                out.push(entry);
+            let Some(value) = value else { continue };
+            match serde_json::from_slice::<HostEntry>(&value) {
+                Ok(entry) => out.push(entry),
+                Err(e) => tracing::warn!(
+                    key = %key,
+                    error = %e,
+                    "{}: the host registry's entry {key} is not in this runtime's format; it is left out",
+                    capsule_protocol::Code::ClusterBadEntry
+                ),
             }
         }
         out.sort_by(|a, b| a.load.cmp(&b.load).then_with(|| a.name.cmp(&b.name)));

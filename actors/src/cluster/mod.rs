@@ -22,7 +22,7 @@ pub use capsules::{CapsuleFiles, CapsuleSpec, FILES_BUCKET, FileRef};
 pub use connect::{connect, near_journal_leader, split_urls};
 pub use error::{ClusterError, wrong_last_sequence};
 pub use host::ClusterHost;
-pub use hosts::{HOSTS_BUCKET, HostEntry, Hosts};
+pub use hosts::{HOSTS_BUCKET, HostDoor, HostEntry, Hosts};
 pub use lease::{DEFAULT_TTL, LEASE_BUCKET, Lease, LeaseRecord, Leases};
 pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, records_of, subject};
 pub use sessions::{SESSIONS_BUCKET, SessionEntry, Sessions};

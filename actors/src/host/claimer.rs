@@ -91,7 +91,8 @@ impl ClaimerArgs {
         self.shared.cluster.as_ref()
     }
 
-    /// Write this host's heartbeat to the registry: its API and its load (running sessions).
+    /// Write this host's heartbeat to the registry: its API, its doors and its load (running
+    /// sessions).
     async fn beat(&self, c: &ClusterHost) {
         let entries = match self.host.call(HostMsg::List, Some(Duration::from_secs(5))).await {
             Ok(ractor::rpc::CallResult::Success(e)) => e,
@@ -101,10 +102,18 @@ impl ClaimerArgs {
             .iter()
             .filter(|e| matches!(e.state, super::CapsuleState::Running | super::CapsuleState::Starting))
             .count();
+        let doors = entries
+            .iter()
+            .filter_map(|e| {
+                let url = e.url.clone()?;
+                Some(crate::cluster::HostDoor { capsule: e.name.clone(), session_id: e.session_id.clone(), url })
+            })
+            .collect();
         let entry = crate::cluster::HostEntry {
             name: c.name.clone(),
             api: c.api.get().cloned(),
             load: load as u32,
+            doors,
             heartbeat_ms: crate::now_ms(),
         };
         if let Err(e) = c.hosts.beat(&entry).await {
