@@ -63,6 +63,11 @@ pub struct WatchArgs {
     /// still holds.
     #[arg(long)]
     pub last_event_id: Option<u64>,
+    /// Follow this session of a cluster through the host API at URL (any host's; give that
+    /// host's API token file as `--token-file`): the same as watching `URL/sessions/<id>`. It
+    /// goes on across a failover.
+    #[arg(long)]
+    pub session: Option<String>,
 }
 
 /// One frame to print.
@@ -274,9 +279,22 @@ fn door_url(raw: &str) -> Result<reqwest::Url, String> {
     Ok(url)
 }
 
+/// What `capsule watch` connects to: the door URL, or with `--session` that session through
+/// the host API at `raw`.
+fn watch_url(raw: &str, session: Option<&str>) -> Result<reqwest::Url, String> {
+    let Some(session) = session else { return door_url(raw) };
+    door_url(raw)?;
+    if session.is_empty() || !session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(format!(
+            "`{session}` is not a session id (letters, digits, `_` and `-`); give an id that `GET /capsules` lists, like ses_01a2…"
+        ));
+    }
+    door_url(&format!("{}/sessions/{session}", raw.trim_end_matches('/')))
+}
+
 /// Watch until the capsule closes or the door stays unreachable.
 pub async fn watch(args: WatchArgs) -> ExitCode {
-    let url = match door_url(&args.url) {
+    let url = match watch_url(&args.url, args.session.as_deref()) {
         Ok(u) => u,
         Err(e) => {
             eprintln!("error: {e}");
@@ -419,6 +437,15 @@ mod tests {
     #[test]
     fn only_http_urls_are_doors() {
         assert!(door_url("http://127.0.0.1:8080").is_ok());
+        let via_host = |raw: &str, s: &str| watch_url(raw, Some(s)).map(|u| u.to_string());
+        assert_eq!(
+            via_host("http://127.0.0.1:8700", "ses_01a-b").as_deref(),
+            Ok("http://127.0.0.1:8700/sessions/ses_01a-b")
+        );
+        assert_eq!(via_host("http://127.0.0.1:8700/", "ses_1").as_deref(), Ok("http://127.0.0.1:8700/sessions/ses_1"));
+        assert!(via_host("http://127.0.0.1:8700", "../capsules").is_err_and(|e| e.contains("not a session id")));
+        assert!(via_host("http://127.0.0.1:8700", "").is_err());
+        assert!(via_host("127.0.0.1:8700", "ses_1").is_err());
         assert!(door_url("https://127.0.0.1:8080").is_err());
         assert!(door_url("127.0.0.1:8080").is_err());
     }

@@ -1,5 +1,5 @@
-//! Watching across a failover with the real binaries: `capsule watch` follows, through host B's
-//! API, a session that runs on host A. Host A is killed mid-task; host B claims the session and
+//! Watching across a failover with the real binaries: `capsule watch <B's API> --session <id>`
+//! follows, through host B's API, a session that runs on host A. Host A is killed mid-task; host B claims the session and
 //! finishes it. The watcher sees every frame id once, in order, with no gap, across the move,
 //! and so does a client that reconnects afterwards with `Last-Event-ID` set to one of A's frames;
 //! a door request sent to B's API for that session reaches its owner's door, before the move
@@ -26,7 +26,7 @@ async fn cluster_a_watcher_on_another_host_sees_every_frame_once_in_order_across
     let (name, (session, door)) = a.capsules.iter().next().map(|(n, s)| (n.clone(), s.clone())).expect("one capsule");
 
     let mut watcher = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
-        .args(["watch", "--json", &format!("{}/sessions/{session}", b.api), "--token-file"])
+        .args(["watch", "--json", &b.api, "--session", &session, "--token-file"])
         .arg(&b.token_file)
         .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
         .stdout(Stdio::piped())
