@@ -295,7 +295,8 @@ fn main() {
         "# capsule-runtime benchmarks ({} cores)",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    // `--turns`: only the per-turn table (for profiling it alone); `--cluster`: only the
+    // `--startup`: only the start-up table; `--turns`: only the per-turn table (for profiling
+    // it alone); `--cluster`: only the
     // JetStream comparison.
     let only = |flag: &str| std::env::args().any(|a| a == flag);
     if only("--cluster") {
@@ -303,6 +304,9 @@ fn main() {
     }
     if !only("--turns") {
         startup(&rt);
+    }
+    if only("--startup") {
+        return;
     }
     per_turn(&rt, None, true);
     if !only("--turns") {
