@@ -28,13 +28,8 @@ mod http_support;
 #[path = "support/limits.rs"]
 mod limits;
 
-mod common {
-    pub use crate::http_support::post_json_body;
-
-    pub fn repo() -> std::path::PathBuf {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-    }
-}
+#[path = "../tests/e2e/common.rs"]
+mod common;
 
 /// Idle sessions placed in the memory run.
 const IDLE: usize = 1000;

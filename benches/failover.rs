@@ -18,13 +18,8 @@ mod cluster_support;
 #[path = "../tests/e2e/http_support.rs"]
 mod http_support;
 
-mod common {
-    pub use crate::http_support::post_json_body;
-
-    pub fn repo() -> std::path::PathBuf {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-    }
-}
+#[path = "../tests/e2e/common.rs"]
+mod common;
 
 use capsule_actors::cluster;
 use cluster_support::*;

@@ -10,7 +10,6 @@ use capsule_actors::cluster::{self, Record, StreamLog};
 use capsule_stub::Turn;
 use futures::StreamExt;
 use serde_json::Value;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -31,17 +30,7 @@ fn capsules(root: &std::path::Path, endpoint: &str) -> std::path::PathBuf {
 }
 
 fn host_command(root: &std::path::Path, caps: &std::path::Path, cluster: &str) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"));
-    c.args(["host", "--json", "--name", "h1", "--cluster", cluster])
-        .arg(caps)
-        .current_dir(root)
-        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
-        .env("XDG_CONFIG_HOME", root)
-        .env_remove("CAPSULE_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    c
+    capsule_host(root, &["--name".as_ref(), "h1".as_ref(), "--cluster".as_ref(), cluster.as_ref(), caps.as_os_str()])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,18 +57,7 @@ async fn a_host_that_joined_the_cluster_leases_and_journals_its_sessions_there()
     let yaml =
         format!("capsules:\n  - path: ./caps/alpha\ncluster:\n  servers: '{}'\n  name: h1\n", c.urls().join(","));
     std::fs::write(&host_file, yaml).expect("host file");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
-        .args(["host", "--json"])
-        .arg(&host_file)
-        .current_dir(root.path())
-        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
-        .env("XDG_CONFIG_HOME", root.path())
-        .env_remove("CAPSULE_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("capsule host starts");
+    let mut child = capsule_host(root.path(), &[host_file.as_os_str()]).spawn().expect("capsule host starts");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await

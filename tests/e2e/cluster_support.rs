@@ -8,7 +8,6 @@ use capsule_stub::{Script, Stub, StubHandle, ToolCall, Turn};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -103,16 +102,10 @@ pub async fn start_host_with(
         std::fs::write(dir.join("host.yaml"), config.replace("{ROOT}", &root.path().display().to_string()))
             .expect("host config");
     }
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
-        .args(["host", "--json", "--name", &format!("h{i}"), "--cluster", cluster])
-        .arg(&caps)
-        .current_dir(root.path())
-        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
-        .env("XDG_CONFIG_HOME", root.path())
-        .env_remove("CAPSULE_CONFIG")
-        .stdout(Stdio::piped())
+    let name = format!("h{i}");
+    let args = ["--name".as_ref(), name.as_ref(), "--cluster".as_ref(), cluster.as_ref(), caps.as_os_str()];
+    let mut child = capsule_host(root.path(), &args)
         .stderr(std::fs::File::create(root.path().join("host.log")).expect("log file"))
-        .kill_on_drop(true)
         .spawn()
         .expect("capsule host starts");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();

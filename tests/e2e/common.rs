@@ -22,6 +22,23 @@ pub fn dist(name: &str) -> PathBuf {
     repo().join("components/dist").join(format!("{name}.wasm"))
 }
 
+/// `capsule host --json <args…>` started in `root` as on a fresh machine (`root` is its config
+/// folder, no `CAPSULE_CONFIG`), with the tests' component cache; stdout and stderr piped, killed
+/// when dropped.
+pub fn capsule_host(root: &Path, args: &[&std::ffi::OsStr]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"));
+    c.args(["host", "--json"])
+        .args(args)
+        .current_dir(root)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .env("XDG_CONFIG_HOME", root)
+        .env_remove("CAPSULE_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
 /// A host whose compiled components are shared by every test process.
 pub fn host() -> Host {
     Host::new(HostOptions { cache_dir: Some(repo().join("target/test-component-cache")) }).expect("host starts")

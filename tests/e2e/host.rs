@@ -10,7 +10,6 @@ use capsule_protocol::host_file::PlannedCapsule;
 use capsule_stub::Turn;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -70,18 +69,7 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
     write_capsule(&caps, "beta", &stub_b.url());
     std::fs::create_dir_all(caps.join("notes")).expect("a folder without murmur.yaml is skipped");
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
-        .args(["host", "--json"])
-        .arg(&caps)
-        .current_dir(root.path())
-        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
-        .env("XDG_CONFIG_HOME", root.path())
-        .env_remove("CAPSULE_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("capsule host starts");
+    let mut child = capsule_host(root.path(), &[caps.as_os_str()]).spawn().expect("capsule host starts");
     let mut stderr = child.stderr.take().expect("stderr");
     let stderr = tokio::spawn(async move {
         let mut s = String::new();
