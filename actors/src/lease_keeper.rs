@@ -31,12 +31,6 @@ pub struct KeeperArgs {
     pub ttl: Duration,
 }
 
-/// The keeper's state: its arguments, and when the last renewal that got through was sent.
-pub struct KeeperState {
-    args: KeeperArgs,
-    renewed: tokio::time::Instant,
-}
-
 impl KeeperArgs {
     /// The keeper of `lease` (taken by `c` for `session_id`): it renews every third of the
     /// TTL. Also returns what `session_start` records of the ownership: host, epoch, TTL.
@@ -55,58 +49,44 @@ pub struct LeaseKeeper;
 
 impl Actor for LeaseKeeper {
     type Msg = KeeperMsg;
-    type State = KeeperState;
+    type State = KeeperArgs;
     type Arguments = KeeperArgs;
 
-    async fn pre_start(
-        &self,
-        myself: ActorRef<KeeperMsg>,
-        args: KeeperArgs,
-    ) -> Result<KeeperState, ActorProcessingErr> {
+    async fn pre_start(&self, myself: ActorRef<KeeperMsg>, args: KeeperArgs) -> Result<KeeperArgs, ActorProcessingErr> {
         myself.send_interval(args.every, || KeeperMsg::Renew);
-        // The lease was taken (or last renewed by a keeper before a restart) no earlier than
-        // a renewal period ago.
-        let renewed = tokio::time::Instant::now().checked_sub(args.every).unwrap_or_else(tokio::time::Instant::now);
-        Ok(KeeperState { args, renewed })
+        Ok(args)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<KeeperMsg>,
         msg: KeeperMsg,
-        state: &mut KeeperState,
+        state: &mut KeeperArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             KeeperMsg::Renew => {
-                let sent = tokio::time::Instant::now();
-                // The server counts the TTL from when it stored the last renewal, which is
-                // after this host sent it: by this clock the lease lasts at least until here.
-                let deadline = state.renewed + state.args.ttl;
-                let lease = state.args.lease.clone();
-                let renewed = tokio::time::timeout_at(deadline, async move { lease.lock().await.renew().await }).await;
-                let lost = |lease: &Lease| ClusterError::Lost {
-                    session: state.args.session_id.clone(),
+                let mut lease = state.lease.lock().await;
+                // The server counts the TTL from when it stored the last write that got
+                // through, which is after this host sent it: by this clock (kept in the lease,
+                // so across restarts of the keeper) the lease lasts at least until here.
+                let deadline = lease.renewed() + state.ttl;
+                let renewed = tokio::time::timeout_at(deadline, lease.renew()).await;
+                let lost = ClusterError::Lost {
+                    session: state.session_id.clone(),
                     host: lease.record().host.clone(),
                     epoch: lease.record().epoch,
                 };
+                drop(lease);
                 match renewed {
-                    Ok(Ok(())) => state.renewed = sent,
-                    Ok(Err(e @ ClusterError::Lost { .. })) => {
-                        stop_session(&state.args.session_id, &e, Ended::Refused).await
-                    }
+                    Ok(Ok(())) => {}
+                    Ok(Err(e @ ClusterError::Lost { .. })) => stop_session(&state.session_id, &e, Ended::Refused),
                     // NATS unreachable for a moment: tried again at the next tick while the
                     // lease lasts by this host's clock.
                     Ok(Err(e)) if tokio::time::Instant::now() < deadline => {
-                        tracing::warn!(session = state.args.session_id, error = %e, "the lease was not renewed this time")
+                        tracing::warn!(session = state.session_id, error = %e, "the lease was not renewed this time")
                     }
-                    Ok(Err(e)) => {
-                        let why = lost(&*state.args.lease.lock().await);
-                        stop_session(&state.args.session_id, &why, Ended::NotRenewed(Some(&e))).await
-                    }
-                    Err(_elapsed) => {
-                        let why = lost(&*state.args.lease.lock().await);
-                        stop_session(&state.args.session_id, &why, Ended::NotRenewed(None)).await
-                    }
+                    Ok(Err(e)) => stop_session(&state.session_id, &lost, Ended::NotRenewed(Some(&e))),
+                    Err(_elapsed) => stop_session(&state.session_id, &lost, Ended::NotRenewed(None)),
                 }
             }
         }
@@ -122,7 +102,7 @@ enum Ended<'a> {
     NotRenewed(Option<&'a ClusterError>),
 }
 
-async fn stop_session(session_id: &str, why: &ClusterError, ended: Ended<'_>) {
+fn stop_session(session_id: &str, why: &ClusterError, ended: Ended<'_>) {
     // Nothing more is written once the lease is lost, not even a trace line: the session's
     // records belong to the new owner now. The host's log says what happened.
     let code = why.code().as_str();

@@ -45,6 +45,9 @@ pub struct Lease {
     session: String,
     record: LeaseRecord,
     revision: u64,
+    /// When the last write of it that got through was sent: JetStream stored it later, so the
+    /// lease lasts at least a TTL from here.
+    renewed: tokio::time::Instant,
 }
 
 impl Leases {
@@ -62,6 +65,7 @@ impl Leases {
     /// Take `session` for `host`: exactly one of several hosts asking at once wins; the others
     /// learn who holds it.
     pub async fn acquire(&self, session: &str, host: &str) -> Result<Lease, ClusterError> {
+        let asked = tokio::time::Instant::now();
         let placeholder = encode(&LeaseRecord { host: host.to_string(), epoch: 0 });
         // Tried again while JetStream does not answer (a cluster still electing its leaders).
         let created = super::log::patiently(|| async {
@@ -85,7 +89,8 @@ impl Leases {
             },
         };
         let record = LeaseRecord { host: host.to_string(), epoch: revision };
-        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision };
+        let renewed = asked;
+        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision, renewed };
         lease.renew().await?;
         Ok(lease)
     }
@@ -120,11 +125,19 @@ impl Lease {
         &self.record
     }
 
+    /// When the last write of the lease that got through was sent (its create, or a renewal):
+    /// by this host's clock the lease lasts at least a TTL from then.
+    pub fn renewed(&self) -> tokio::time::Instant {
+        self.renewed
+    }
+
     /// Renew it; `Lost` when it expired or another host took it since the last renewal.
     pub async fn renew(&mut self) -> Result<(), ClusterError> {
+        let sent = tokio::time::Instant::now();
         match self.kv.update(&self.session, encode(&self.record), self.revision).await {
             Ok(revision) => {
                 self.revision = revision;
+                self.renewed = sent;
                 Ok(())
             }
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || super::wrong_last_sequence(&e) => {
