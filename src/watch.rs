@@ -284,7 +284,7 @@ fn door_url(raw: &str) -> Result<reqwest::Url, String> {
 fn watch_url(raw: &str, session: Option<&str>) -> Result<reqwest::Url, String> {
     let Some(session) = session else { return door_url(raw) };
     door_url(raw)?;
-    if session.is_empty() || !session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if !capsule_actors::cluster::valid_session_id(session) {
         return Err(format!(
             "`{session}` is not a session id (letters, digits, `_` and `-`); give an id that `GET /capsules` lists, like ses_01a2…"
         ));

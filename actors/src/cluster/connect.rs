@@ -15,12 +15,13 @@ pub fn split_urls(list: &str) -> Vec<String> {
 /// Connect to any of `urls`; a coded error naming them when none answers. Once connected the
 /// client reconnects on its own for as long as the process runs.
 pub async fn connect(urls: &[String]) -> Result<async_nats::Client, ClusterError> {
-    async_nats::ConnectOptions::new()
-        .connection_timeout(CONNECT_TIMEOUT)
-        .max_reconnects(None)
-        .connect(urls)
-        .await
-        .map_err(|e| ClusterError::Unreachable { urls: urls.join(","), source: Box::new(e) })
+    options().connect(urls).await.map_err(|e| ClusterError::Unreachable { urls: urls.join(","), source: Box::new(e) })
+}
+
+/// How a host's connection behaves: [`CONNECT_TIMEOUT`] per server at start, reconnects for as
+/// long as the process runs.
+fn options() -> async_nats::ConnectOptions {
+    async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT).max_reconnects(None)
 }
 
 /// How long a server may take to answer when asked whether it leads the journal stream.
@@ -58,12 +59,7 @@ pub async fn near_journal_leader(client: async_nats::Client, urls: &[String]) ->
         let ordered: Vec<&str> = std::iter::once(url.as_str())
             .chain(urls.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, u)| u.as_str()))
             .collect();
-        let near = async_nats::ConnectOptions::new()
-            .connection_timeout(CONNECT_TIMEOUT)
-            .max_reconnects(None)
-            .retain_servers_order()
-            .connect(ordered)
-            .await;
+        let near = options().retain_servers_order().connect(ordered).await;
         return match near {
             Ok(near) => {
                 tracing::info!(server = %leader, url = %url, "connected to the journal stream's leader");

@@ -1,8 +1,7 @@
 //! The registry of the cluster's live hosts: a KV bucket with one key per host, holding its API
 //! address, its doors (one per running capsule), its load (running sessions) and its last
-//! heartbeat. Entries expire after the
-//! bucket's `max_age` (the lease TTL), so a host that stops heartbeating leaves it; each host's
-//! claimer writes its own entry every sixth of the TTL.
+//! heartbeat. Entries expire after the bucket's `max_age` (the lease TTL), so a host that stops
+//! heartbeating leaves it; each host's claimer writes its own entry every sixth of the TTL.
 
 use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};

@@ -89,8 +89,7 @@ impl Leases {
             },
         };
         let record = LeaseRecord { host: host.to_string(), epoch: revision };
-        let renewed = asked;
-        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision, renewed };
+        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision, renewed: asked };
         lease.renew().await?;
         Ok(lease)
     }

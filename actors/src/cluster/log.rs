@@ -42,11 +42,16 @@ impl Record {
 
 /// The subject of a session's record.
 pub fn subject(session: &str, record: Record) -> Result<String, ClusterError> {
-    let ok = !session.is_empty() && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !ok {
+    if !valid_session_id(session) {
         return Err(ClusterError::BadSession { session: session.to_string() });
     }
     Ok(format!("{PREFIX}.{session}.{}", record.token()))
+}
+
+/// Whether `session` can name a session's subjects (and a URL path segment): letters, digits,
+/// `_` and `-`, at least one.
+pub fn valid_session_id(session: &str) -> bool {
+    !session.is_empty() && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// How long an operation keeps trying while JetStream does not answer (a cluster still

@@ -24,6 +24,6 @@ pub use error::{ClusterError, wrong_last_sequence};
 pub use host::ClusterHost;
 pub use hosts::{HOSTS_BUCKET, HostDoor, HostEntry, Hosts};
 pub use lease::{DEFAULT_TTL, LEASE_BUCKET, Lease, LeaseRecord, Leases};
-pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, records_of, subject};
+pub use log::{JOURNAL_STREAM, Record, StreamLog, ensure_journal, records_of, subject, valid_session_id};
 pub use sessions::{SESSIONS_BUCKET, SessionEntry, Sessions};
 pub use spend::{ClusterSpend, DayTotals, SPEND_BUCKET};
