@@ -91,7 +91,7 @@ pub(crate) fn print_frame(f: &NumberedFrame, style: Style, trace: Option<&std::p
         let _ = write!(out, "\r\x1b[K");
     }
     if style == Style::Json {
-        let _ = writeln!(out, "{}", f.to_json_line());
+        let _ = writeln!(out, "{}", f.json_line());
         let _ = out.flush();
         return;
     }

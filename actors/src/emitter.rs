@@ -183,7 +183,7 @@ impl Actor for Emitter {
                 }
                 if id.is_some()
                     && let Some(f) = state.frames.as_mut()
-                    && let Err(e) = f.append(numbered.to_json_line().to_string().into_bytes())
+                    && let Err(e) = f.append(numbered.json_line().into_bytes())
                 {
                     tracing::error!(error = %e, "cannot append to frames.jsonl");
                 }

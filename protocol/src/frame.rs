@@ -236,6 +236,16 @@ impl NumberedFrame {
     pub fn to_json_line(&self) -> Value {
         serde_json::json!({"id": self.id, "event": self.frame.event_name(), "data": self.frame.data()})
     }
+
+    /// [`Self::to_json_line`] as text, byte for byte what serializing that value gives (its
+    /// keys in order: `data`, `event`, `id`), built around one serialization of the data instead
+    /// of a second tree around it. `frames.jsonl` and `--json` write this.
+    pub fn json_line(&self) -> String {
+        let data = self.frame.data().to_string();
+        let id = self.id.map_or_else(|| "null".to_string(), |id| id.to_string());
+        // Event names are fixed lower-case words: nothing in them needs escaping.
+        format!("{{\"data\":{data},\"event\":\"{}\",\"id\":{id}}}", self.frame.event_name())
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +281,28 @@ mod tests {
             "output_file",
         ] {
             assert!(d["artifact"].as_object().expect("object").contains_key(k), "missing {k}");
+        }
+    }
+
+    #[test]
+    fn the_json_line_text_is_what_serializing_its_value_gives() {
+        let frames = [
+            Frame::Text { id: "t\"1".into(), text: "a\nb \u{e9}".into(), is_final: true },
+            Frame::Status {
+                id: "t".into(),
+                context_id: "c".into(),
+                status: StatusBody { state: TaskState::Working, message: "turn 1".into(), response: None },
+                is_final: false,
+            },
+            Frame::ToolCallProgress { id: "t".into(), tool_call_id: "c1".into(), input_bytes: 12 },
+            Frame::Gap { first_available_id: 5 },
+            Frame::CapsuleClosed {},
+        ];
+        for frame in frames {
+            for id in [Some(3), None] {
+                let f = NumberedFrame { id, frame: frame.clone() };
+                assert_eq!(f.json_line(), f.to_json_line().to_string(), "{f:?}");
+            }
         }
     }
 

@@ -47,8 +47,7 @@ pub fn writer(mut log: StreamLog, emitter: ActorRef<EmitterMsg>) -> mpsc::Unboun
                     }
                 }
             }
-            let lines =
-                batch.iter().filter(|n| n.id.is_some()).map(|n| n.to_json_line().to_string().into_bytes()).collect();
+            let lines = batch.iter().filter(|n| n.id.is_some()).map(|n| n.json_line().into_bytes()).collect();
             if let Err(e) = log.append_all(lines).await {
                 tracing::error!(subject = log.subject(), error = %e, "frames were not stored; no more frames are sent");
                 return;
