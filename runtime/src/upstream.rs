@@ -1,30 +1,43 @@
-//! Upstream connections, kept open and shared by every call in the process.
+//! Upstream connections, kept open and shared by every call in the process, and driven by the
+//! call that uses them.
 //!
 //! wasmtime-wasi-http's own sender opens a fresh TCP connection for every request (and for
 //! `https` builds a new TLS configuration and does a full handshake), so each driver call paid a
 //! connection set-up: tens of microseconds on loopback, one or two round trips plus the
 //! handshake against a real provider. Every request a guest's policy lets out goes through
-//! [`send`] instead: one process-wide HTTP/1.1 client with a connection pool (keyed by scheme,
-//! host and port), one TLS configuration (webpki roots) built once.
+//! [`send`] instead: a process-wide pool of HTTP/1.1 connections (keyed by scheme, host and
+//! port) and one TLS configuration (webpki roots) built once.
+//!
+//! A connection has no task of its own. The call that took it from the pool polls it: the task
+//! that sends the request writes it and reads the response head, and the guest's own reads of
+//! the body read the socket. A pooled client with a task per connection (hyper-util's) hands
+//! every request, response head and body piece from one task to another, and on a multi-thread
+//! runtime most of those hand-offs wake the other worker thread.
 //!
 //! What does not change: the request is the one the policy decided (the key attached by the host,
 //! redirects returned, never followed), one request per connection at a time, the response is read
 //! by the guest through the same size limit. Nothing of a request stays on a pooled connection:
-//! keys are per request, the client keeps no cookies. Timeouts keep wasi:http's meaning: the
-//! connection and the response head within `connect + first byte`, then at most
-//! `between bytes` of silence in the body (600 s each unless the guest sets them; the
-//! gateway's own call deadline is shorter).
+//! keys are per request, no cookies are kept. A connection goes back to the pool once its
+//! response body was read to the end, or was dropped with its end already arrived (a driver
+//! stops at the provider's last event; see [`Body`]'s `Drop`); a body abandoned earlier closes
+//! it. An idle connection is closed when it is found older than [`IDLE`] or closed by the
+//! server at its next use, and at most [`IDLE_PER_HOST`] are kept per upstream. A request that a reused connection turned away
+//! before writing any of it (the server closed it meanwhile) goes out on another connection.
+//! Timeouts keep wasi:http's meaning: the connection and the response head within
+//! `connect + first byte`, then at most `between bytes` of silence in the body (600 s each
+//! unless the guest sets them; the gateway's own call deadline is shorter).
 
 use bytes::Bytes;
 use http::Uri;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
@@ -40,12 +53,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 enum Stream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl Connection for Stream {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
 }
 
 impl AsyncRead for Stream {
@@ -109,87 +116,254 @@ enum ConnectError {
     Name(#[source] rustls::pki_types::InvalidDnsNameError),
     #[error("TLS failed: {0}")]
     Tls(#[source] std::io::Error),
+    #[error("the HTTP/1.1 handshake failed: {0}")]
+    Handshake(#[source] hyper::Error),
 }
 
-/// Opens connections for the pool.
-#[derive(Clone)]
-struct Connector {
-    tls: tokio_rustls::TlsConnector,
+/// Which pooled connections may carry a request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    https: bool,
+    host: String,
+    port: u16,
 }
 
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<Stream>;
-    type Error = ConnectError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
-            let host = uri.host().ok_or(ConnectError::NoHost)?.trim_start_matches('[').trim_end_matches(']');
-            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-            let tcp = TcpStream::connect((host, port)).await.map_err(ConnectError::Tcp)?;
-            // Requests are written whole; nothing is gained by waiting to fill a segment.
-            let _ = tcp.set_nodelay(true);
-            if !https {
-                return Ok(TokioIo::new(Stream::Plain(tcp)));
-            }
-            let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(ConnectError::Name)?;
-            let tls = tls.connect(name, tcp).await.map_err(ConnectError::Tls)?;
-            Ok(TokioIo::new(Stream::Tls(Box::new(tls))))
-        })
+impl Key {
+    fn of(uri: &Uri) -> Result<Key, ConnectError> {
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let host = uri.host().ok_or(ConnectError::NoHost)?.trim_start_matches('[').trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        Ok(Key { https, host: host.to_string(), port })
     }
 }
 
-static CLIENT: LazyLock<Client<Connector, WasiBody>> = LazyLock::new(|| {
+/// One open HTTP/1.1 connection: the handle requests are given to, and the connection itself,
+/// which makes progress only while somebody polls it.
+struct Link {
+    sender: http1::SendRequest<WasiBody>,
+    conn: http1::Connection<TokioIo<Stream>, WasiBody>,
+}
+
+impl Link {
+    /// Drive the connection; `true` once it has ended (closed, or failed).
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        Pin::new(&mut self.conn).poll(cx).is_ready()
+    }
+}
+
+static TLS: LazyLock<tokio_rustls::TlsConnector> = LazyLock::new(|| {
     let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())
         .unwrap_or_else(|e| panic!("ring offers TLS 1.2 and 1.3: {e}"));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(IDLE)
-        .pool_max_idle_per_host(IDLE_PER_HOST)
-        .build(Connector { tls: tokio_rustls::TlsConnector::from(Arc::new(config)) })
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 });
 
-/// The error the guest sees for a failed exchange, from the client's error chain.
-fn guest_error(e: hyper_util::client::legacy::Error) -> HttpError {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        if let Some(ce) = c.downcast_ref::<ConnectError>() {
-            return match ce {
-                ConnectError::NoHost => HttpError::HttpRequestUriInvalid,
-                ConnectError::Tcp(io) => HttpError::Connect(std::io::Error::new(io.kind(), io.to_string())),
-                ConnectError::Name(_) => {
-                    HttpError::DnsError { rcode: Some("not a valid TLS server name".into()), info_code: None }
-                }
-                ConnectError::Tls(io) => HttpError::Tls(std::io::Error::new(io.kind(), io.to_string())),
-            };
-        }
-        if let Some(h) = c.downcast_ref::<hyper::Error>() {
-            return if h.is_timeout() {
-                HttpError::HttpResponseTimeout
-            } else if h.is_closed() || h.is_incomplete_message() || h.is_canceled() {
-                HttpError::ConnectionTerminated
-            } else {
-                HttpError::HttpProtocolError
-            };
-        }
-        cause = c.source();
-    }
-    if e.is_connect() { HttpError::ConnectionRefused } else { HttpError::HttpProtocolError }
+/// Idle connections per upstream, the most recently used last, each with when it went idle.
+type Idle = HashMap<Key, Vec<(Link, Instant)>>;
+
+static POOL: LazyLock<Mutex<Idle>> = LazyLock::new(Default::default);
+
+fn pool() -> std::sync::MutexGuard<'static, Idle> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A response body with wasi:http's `between-bytes` timeout.
+/// An idle connection to `key` that is still open, if there is one.
+fn checkout(key: &Key) -> Option<Link> {
+    let mut pool = pool();
+    let idle = pool.get_mut(key)?;
+    while let Some((mut link, since)) = idle.pop() {
+        // A connection the server closed meanwhile shows it at once (EOF is waiting).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if since.elapsed() < IDLE && !link.sender.is_closed() && !link.drive(&mut cx) {
+            return Some(link);
+        }
+    }
+    None
+}
+
+/// Put a connection whose exchange is complete back, if it can carry another request.
+fn checkin(key: Key, mut link: Link, cx: &mut Context<'_>) {
+    // Let the connection take in the end of the message it was reading.
+    if link.drive(cx) || link.sender.is_closed() {
+        return;
+    }
+    let mut pool = pool();
+    let idle = pool.entry(key).or_default();
+    if idle.len() >= IDLE_PER_HOST {
+        idle.remove(0);
+    }
+    idle.push((link, Instant::now()));
+}
+
+/// Open a connection to `key`.
+async fn connect(key: &Key) -> Result<Link, ConnectError> {
+    let tcp = TcpStream::connect((key.host.as_str(), key.port)).await.map_err(ConnectError::Tcp)?;
+    // Requests are written whole; nothing is gained by waiting to fill a segment.
+    let _ = tcp.set_nodelay(true);
+    let stream = if key.https {
+        let name = rustls::pki_types::ServerName::try_from(key.host.clone()).map_err(ConnectError::Name)?;
+        Stream::Tls(Box::new(TLS.connect(name, tcp).await.map_err(ConnectError::Tls)?))
+    } else {
+        Stream::Plain(tcp)
+    };
+    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(ConnectError::Handshake)?;
+    Ok(Link { sender, conn })
+}
+
+/// The error the guest sees for a connection that could not be made.
+fn connect_error(e: ConnectError) -> HttpError {
+    match e {
+        ConnectError::NoHost => HttpError::HttpRequestUriInvalid,
+        ConnectError::Tcp(io) => HttpError::Connect(io),
+        ConnectError::Name(_) => {
+            HttpError::DnsError { rcode: Some("not a valid TLS server name".into()), info_code: None }
+        }
+        ConnectError::Tls(io) => HttpError::Tls(io),
+        ConnectError::Handshake(h) => exchange_error(&h),
+    }
+}
+
+/// The error the guest sees for an exchange that failed.
+fn exchange_error(h: &hyper::Error) -> HttpError {
+    if h.is_timeout() {
+        HttpError::HttpResponseTimeout
+    } else if h.is_closed() || h.is_incomplete_message() || h.is_canceled() {
+        HttpError::ConnectionTerminated
+    } else {
+        HttpError::HttpProtocolError
+    }
+}
+
+/// Send `request` on a pooled connection to `key` (or a new one) and read the response head;
+/// the connection comes back with it, for the body.
+async fn exchange(
+    key: &Key,
+    mut request: http::Request<WasiBody>,
+) -> Result<(http::Response<Incoming>, Link), HttpError> {
+    loop {
+        let (mut link, reused) = match checkout(key) {
+            Some(link) => (link, true),
+            None => (connect(key).await.map_err(connect_error)?, false),
+        };
+        // The connection says when it can take a request once it has been polled.
+        let ready = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = link.sender.poll_ready(cx) {
+                return Poll::Ready(r.is_ok());
+            }
+            if link.drive(cx) {
+                return Poll::Ready(false);
+            }
+            link.sender.poll_ready(cx).map(|r| r.is_ok())
+        })
+        .await;
+        if !ready {
+            if reused {
+                continue;
+            }
+            return Err(HttpError::ConnectionTerminated);
+        }
+        let mut answer = std::pin::pin!(link.sender.try_send_request(request));
+        let answer = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = answer.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            // Writing the request and reading the answer happen here, in this task.
+            let ended = link.drive(cx);
+            match answer.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Some(r)),
+                Poll::Pending if ended => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        match answer {
+            Some(Ok(response)) => return Ok((response, link)),
+            // The connection ended without answering (the dispatcher answers every request it
+            // took before it ends; this is the case where it never took this one).
+            None => return Err(HttpError::ConnectionTerminated),
+            Some(Err(mut e)) => match e.take_message() {
+                // Turned away before any of it was written: another connection may carry it.
+                Some(again) if reused => request = again,
+                _ => return Err(exchange_error(e.error())),
+            },
+        }
+    }
+}
+/// A response body with wasi:http's `between-bytes` timeout. Reading it drives its connection,
+/// which goes back to the pool once the body has been read to the end.
 pub(crate) struct Body {
-    inner: hyper::body::Incoming,
+    inner: Incoming,
+    /// The connection the body arrives on; `None` once it ended or went back to the pool.
+    link: Option<(Key, Link)>,
     gap: Duration,
     silence: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Body {
+    /// The body's next frame, if it is here.
+    fn next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        match http_body::Body::poll_frame(Pin::new(&mut self.inner), cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let until = tokio::time::Instant::now() + self.gap;
+                self.silence.as_mut().reset(until);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                // A connection that failed mid-body is not reused.
+                self.link = None;
+                Poll::Ready(Some(Err(if e.is_timeout() { HttpError::HttpResponseTimeout } else { e.into() })))
+            }
+            Poll::Ready(None) => {
+                if let Some((key, link)) = self.link.take() {
+                    checkin(key, link, cx);
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// What a dropped body may still read to reach its end (see [`Body`]'s `Drop`): a few pieces,
+/// at most this many bytes. A body abandoned with more unread closes its connection.
+const DRAIN_FRAMES: usize = 8;
+const DRAIN_BYTES: usize = 64 * 1024;
+
+impl Drop for Body {
+    /// A reader that stopped at the end of what it wanted (a driver stops at the provider's
+    /// last event) leaves only the end of the body unread. What of it has already arrived is
+    /// read here, without waiting, and the connection goes back to the pool if that reached
+    /// the end; otherwise the connection is closed with the body.
+    fn drop(&mut self) {
+        if self.link.is_none() {
+            return;
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut drained = 0;
+        for _ in 0..DRAIN_FRAMES {
+            let mut frame = self.next(&mut cx);
+            if frame.is_pending() {
+                let Some((_, link)) = self.link.as_mut() else { return };
+                if link.drive(&mut cx) {
+                    return;
+                }
+                frame = self.next(&mut cx);
+            }
+            match frame {
+                Poll::Ready(Some(Ok(f))) => {
+                    drained += f.data_ref().map_or(0, Bytes::len);
+                    if drained > DRAIN_BYTES {
+                        return;
+                    }
+                }
+                // The end (`next` put the connection back), a failure, or nothing more has
+                // arrived: the connection goes with the body unless it was put back.
+                _ => return,
+            }
+        }
+    }
 }
 
 impl http_body::Body for Body {
@@ -200,21 +374,21 @@ impl http_body::Body for Body {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let until = tokio::time::Instant::now() + self.gap;
-                self.silence.as_mut().reset(until);
-                Poll::Ready(Some(Ok(frame)))
+        let this = &mut *self;
+        if let Poll::Ready(frame) = this.next(cx) {
+            return Poll::Ready(frame);
+        }
+        // Nothing buffered: read the socket here, then look again.
+        if let Some((_, link)) = this.link.as_mut() {
+            if link.drive(cx) {
+                this.link = None;
             }
-            Poll::Ready(Some(Err(e))) => {
-                Poll::Ready(Some(Err(if e.is_timeout() { HttpError::HttpResponseTimeout } else { e.into() })))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                ready!(self.silence.as_mut().poll(cx));
-                Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
+            if let Poll::Ready(frame) = this.next(cx) {
+                return Poll::Ready(frame);
             }
         }
+        ready!(this.silence.as_mut().poll(cx));
+        Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -228,16 +402,181 @@ impl http_body::Body for Body {
 
 /// Send a request the policy let out, on a pooled connection; the response body is streamed.
 pub(crate) async fn send(
-    request: http::Request<WasiBody>,
+    mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
 ) -> Result<http::Response<Body>, HttpError> {
     let opt = |f: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(f).unwrap_or(DEFAULT_TIMEOUT);
     let head = opt(|o| o.connect_timeout).saturating_add(opt(|o| o.first_byte_timeout));
     let gap = opt(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
-    let response = match tokio::time::timeout(head, CLIENT.request(request)).await {
-        Ok(answer) => answer.map_err(guest_error)?,
+    let key = Key::of(request.uri()).map_err(connect_error)?;
+    // The request line carries the path; the host goes in `host` (the policy sets it for the
+    // gateway's requests, wasi:http for the others).
+    if !request.headers().contains_key(http::header::HOST)
+        && let Some(authority) = request.uri().authority()
+        && let Ok(value) = http::HeaderValue::from_str(authority.as_str())
+    {
+        request.headers_mut().insert(http::header::HOST, value);
+    }
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    *request.uri_mut() = path.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let (response, link) = match tokio::time::timeout(head, exchange(&key, request)).await {
+        Ok(answer) => answer?,
         Err(_) => return Err(HttpError::ConnectionReadTimeout),
     };
     let silence = Box::pin(tokio::time::sleep(gap));
-    Ok(response.map(|inner| Body { inner, gap, silence }))
+    Ok(response.map(|inner| Body { inner, link: Some((key, link)), gap, silence }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Empty};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A loopback HTTP/1.1 server: every response is `body` with its length; `close` ends each
+    /// connection after one response (without saying so in the headers). Counts connections.
+    async fn server(body: &'static [u8], close: bool) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = socket.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        // Requests here are GETs without a body: one ends at its blank line.
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                            if socket.write_all(head.as_bytes()).await.is_err() || socket.write_all(body).await.is_err()
+                            {
+                                return;
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A body far larger than what a dropped body may still read.
+    fn big() -> &'static [u8] {
+        static BIG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        BIG.get_or_init(|| vec![b'x'; 4 * 1024 * 1024])
+    }
+
+    fn get(addr: std::net::SocketAddr) -> http::Request<WasiBody> {
+        http::Request::builder()
+            .uri(format!("http://{addr}/path?q=1"))
+            .body(Empty::<Bytes>::new().map_err(|_| HttpError::HttpProtocolError).boxed_unsync())
+            .expect("request")
+    }
+
+    async fn fetch(addr: std::net::SocketAddr) -> Vec<u8> {
+        let response = send(get(addr), None).await.expect("an answer");
+        assert_eq!(response.status(), 200);
+        response.into_body().collect().await.expect("the whole body").to_bytes().to_vec()
+    }
+
+    fn idle(addr: std::net::SocketAddr) -> usize {
+        let key = Key { https: false, host: addr.ip().to_string(), port: addr.port() };
+        pool().get(&key).map_or(0, Vec::len)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_one_after_another_share_one_connection_that_each_body_read_drives() {
+        let (addr, accepted) = server(b"hello", false).await;
+        for _ in 0..3 {
+            assert_eq!(fetch(addr).await, b"hello");
+            assert_eq!(idle(addr), 1, "a body read to its end puts its connection back");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_whose_rest_has_arrived_gives_its_connection_back_when_dropped() {
+        let (addr, accepted) = server(b"event: one\n\nevent: two\n\n", false).await;
+        for _ in 0..3 {
+            let response = send(get(addr), None).await.expect("an answer");
+            let mut body = response.into_body();
+            // A driver stops reading once it has the provider's last event, before the body
+            // has said it ended.
+            let first = body.frame().await.expect("a first piece").expect("data");
+            assert!(!first.into_data().expect("data").is_empty());
+            drop(body);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "each dropped body's connection was reused");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_dropped_before_its_end_closes_its_connection() {
+        let (addr, accepted) = server(big(), false).await;
+        let response = send(get(addr), None).await.expect("an answer");
+        let mut body = response.into_body();
+        body.frame().await.expect("a first piece").expect("data");
+        drop(body);
+        assert_eq!(idle(addr), 0, "a connection in the middle of a body is never pooled");
+        assert_eq!(fetch(addr).await.len(), big().len());
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_the_server_closed_while_idle_is_not_used_again() {
+        let (addr, accepted) = server(b"once", true).await;
+        for round in 1..=3 {
+            assert_eq!(fetch(addr).await, b"once", "request {round}");
+            // Wait until the client has seen the server's close, as an idle connection would.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let key = Key { https: false, host: addr.ip().to_string(), port: addr.port() };
+            loop {
+                match checkout(&key) {
+                    Some(link) => {
+                        let mut cx = Context::from_waker(std::task::Waker::noop());
+                        checkin(key.clone(), link, &mut cx);
+                    }
+                    None => break,
+                }
+                assert!(Instant::now() < deadline, "the server's close never reached the client");
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_request_line_carries_the_path_and_the_host_header_the_authority() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let head = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.expect("read");
+                assert_ne!(n, 0, "the request ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            socket.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await.expect("write");
+            String::from_utf8(seen).expect("text")
+        });
+        let response = send(get(addr), None).await.expect("an answer");
+        assert_eq!(response.status(), 204);
+        let head = head.await.expect("server").to_ascii_lowercase();
+        assert!(head.starts_with("get /path?q=1 http/1.1\r\n"), "{head}");
+        assert!(head.contains(&format!("\r\nhost: {addr}\r\n")), "{head}");
+    }
 }
