@@ -324,6 +324,18 @@ impl Body {
             Poll::Pending => Poll::Pending,
         }
     }
+
+    /// The body's next frame: what is buffered, else what reading the socket once brings.
+    fn next_driven(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        if let Poll::Ready(frame) = self.next(cx) {
+            return Poll::Ready(frame);
+        }
+        let Some((_, link)) = self.link.as_mut() else { return Poll::Pending };
+        if link.drive(cx) {
+            self.link = None;
+        }
+        self.next(cx)
+    }
 }
 
 /// What a dropped body may still read to reach its end (see [`Body`]'s `Drop`): a few pieces,
@@ -343,15 +355,7 @@ impl Drop for Body {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut drained = 0;
         for _ in 0..DRAIN_FRAMES {
-            let mut frame = self.next(&mut cx);
-            if frame.is_pending() {
-                let Some((_, link)) = self.link.as_mut() else { return };
-                if link.drive(&mut cx) {
-                    return;
-                }
-                frame = self.next(&mut cx);
-            }
-            match frame {
+            match self.next_driven(&mut cx) {
                 Poll::Ready(Some(Ok(f))) => {
                     drained += f.data_ref().map_or(0, Bytes::len);
                     if drained > DRAIN_BYTES {
@@ -375,17 +379,8 @@ impl http_body::Body for Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
         let this = &mut *self;
-        if let Poll::Ready(frame) = this.next(cx) {
+        if let Poll::Ready(frame) = this.next_driven(cx) {
             return Poll::Ready(frame);
-        }
-        // Nothing buffered: read the socket here, then look again.
-        if let Some((_, link)) = this.link.as_mut() {
-            if link.drive(cx) {
-                this.link = None;
-            }
-            if let Poll::Ready(frame) = this.next(cx) {
-                return Poll::Ready(frame);
-            }
         }
         ready!(this.silence.as_mut().poll(cx));
         Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
