@@ -58,7 +58,12 @@ impl<'a> Scan<'a> {
     #[inline(always)]
     fn ws(&mut self) {
         let bytes = self.bytes();
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+        // Every byte above the space is not whitespace: one compare for the
+        // common case (compact JSON), the four-way test only below it.
+        while let Some(&b) = bytes.get(self.at) {
+            if b > b' ' || !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                break;
+            }
             self.at += 1;
         }
     }
@@ -166,41 +171,61 @@ impl<'a> Scan<'a> {
     }
 
     /// Pass a string; its literal, and whether it holds an escape.
+    #[inline(always)]
     fn string_escaped(&mut self) -> Result<(&'a str, bool), Refused> {
         self.ws();
         let start = self.at;
-        if self.bytes().get(start) != Some(&b'"') {
+        let bytes = self.bytes();
+        if bytes.get(start) != Some(&b'"') {
             return Err(Refused);
         }
-        let bytes = self.bytes();
         let mut i = start + 1;
-        let (mut escaped, mut unicode) = (false, false);
+        let mut escaped = false;
         loop {
             i = plain_run(bytes, i);
             match bytes.get(i) {
                 Some(b'"') => break,
-                Some(b'\\') => {
-                    escaped = true;
-                    match bytes.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            unicode = true;
-                            i += 2;
-                        }
-                        _ => return Err(Refused),
+                Some(b'\\') => match bytes.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                        escaped = true;
+                        i += 2;
                     }
-                }
+                    Some(b'u') => return self.unicode_string(start, i + 2),
+                    _ => return Err(Refused),
+                },
                 // A control character, or the end of the text.
                 _ => return Err(Refused),
             }
         }
         self.at = i + 1;
+        Ok((&self.text[start..self.at], escaped))
+    }
+
+    /// The rest of a string that holds a `\u` escape (rare): scanned like
+    /// any other, then its hex digits and surrogate pairs checked by
+    /// serde_json. Kept out of line so that the common path carries none of
+    /// its weight.
+    #[cold]
+    #[inline(never)]
+    fn unicode_string(&mut self, start: usize, mut i: usize) -> Result<(&'a str, bool), Refused> {
+        let bytes = self.bytes();
+        loop {
+            i = plain_run(bytes, i);
+            match bytes.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => match bytes.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u') => i += 2,
+                    _ => return Err(Refused),
+                },
+                _ => return Err(Refused),
+            }
+        }
+        self.at = i + 1;
         let literal = &self.text[start..self.at];
-        // Hex digits and surrogate pairs: serde_json's own check.
-        if unicode && serde_json::from_str::<String>(literal).is_err() {
+        if serde_json::from_str::<String>(literal).is_err() {
             return Err(Refused);
         }
-        Ok((literal, escaped))
+        Ok((literal, true))
     }
 
     fn enter(&mut self, open: u8) -> Result<(), Refused> {
@@ -371,6 +396,15 @@ mod tests {
             "1 x",
             "\"0123456789abcdef\\\"0123456789\"",
             "\"0123456789abcdef\u{1}0123456789\"",
+            // After a `\\u` escape the rest is read out of line: every other
+            // rule still holds there.
+            "\"a\\u0041\\n\\\"b 0123456789\"",
+            "\"\\u0041\u{1}\"",
+            "\"\\u0041",
+            "\"\\u0041\\x\"",
+            "\"\\u0041\\u00\"",
+            "\"\\ud83d\\ude00 and \\ud83d\"",
+            "[\"\\u0041\",\"\\t\",1]",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -408,12 +442,12 @@ mod tests {
         assert_eq!(scan.raw(), Ok("{ \"a\" : [1, 2.50] }"));
         assert_eq!(scan.end(), Ok(()));
         let mut keys = Vec::new();
-        let mut scan = Scan::new("{\"k\\\"\":1,\"b\":\"x\"}");
+        let mut scan = Scan::new("{\"k\\\"\":1,\"b\":\"x\",\"\\u0063\\u00e9\":2}");
         scan.object(|s, key| {
             keys.push((key.into_owned(), s.raw()?));
             Ok(())
         })
         .unwrap();
-        assert_eq!(keys, [("k\"".to_string(), "1"), ("b".to_string(), "\"x\"")]);
+        assert_eq!(keys, [("k\"".to_string(), "1"), ("b".to_string(), "\"x\""), ("c\u{e9}".to_string(), "2")]);
     }
 }
