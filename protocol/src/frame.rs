@@ -189,6 +189,12 @@ impl Frame {
         }
     }
 
+    /// The text of [`Self::data`], written without building the value (see
+    /// [`crate::frame_data`]).
+    pub fn data_json(&self) -> String {
+        crate::frame_data::data_json(self)
+    }
+
     /// The frame's data object.
     pub fn data(&self) -> Value {
         match serde_json::to_value(self) {
@@ -228,7 +234,7 @@ impl NumberedFrame {
         if let Some(id) = self.id {
             s.push_str(&format!("id: {id}\n"));
         }
-        s.push_str(&format!("event: {}\ndata: {}\n\n", self.frame.event_name(), self.frame.data()));
+        s.push_str(&format!("event: {}\ndata: {}\n\n", self.frame.event_name(), self.frame.data_json()));
         s
     }
 
@@ -241,7 +247,7 @@ impl NumberedFrame {
     /// keys in order: `data`, `event`, `id`), built around one serialization of the data instead
     /// of a second tree around it. `frames.jsonl` and `--json` write this.
     pub fn json_line(&self) -> String {
-        let data = self.frame.data().to_string();
+        let data = self.frame.data_json();
         let id = self.id.map_or_else(|| "null".to_string(), |id| id.to_string());
         // Event names are fixed lower-case words: nothing in them needs escaping.
         format!("{{\"data\":{data},\"event\":\"{}\",\"id\":{id}}}", self.frame.event_name())
@@ -284,21 +290,55 @@ mod tests {
         }
     }
 
+    /// One frame of every kind, with text that needs escaping and optional fields both ways.
+    fn every_kind_of_frame() -> Vec<Frame> {
+        let odd = "q\"b\\s\n\t\u{1}\u{7f} \u{e9}\u{1F600} </x>";
+        let artifact = |some: bool| ArtifactBody {
+            tool_name: some.then(|| odd.into()),
+            content: some.then(|| format!("{odd} result")),
+            fence_source: some.then(|| "json".into()),
+            tool_call_id: some.then(|| "c1".into()),
+            is_error: some.then_some(true),
+            duration_ms: some.then_some(u64::MAX),
+            exit_code: some.then_some(-3),
+            truncated: some.then_some(false),
+            output_file: some.then(|| "out/c1.txt".into()),
+        };
+        let status = |state, response: Option<&str>| Frame::Status {
+            id: odd.into(),
+            context_id: "ctx".into(),
+            status: StatusBody { state, message: odd.into(), response: response.map(Into::into) },
+            is_final: state.is_final(),
+        };
+        vec![
+            status(TaskState::Working, None),
+            status(TaskState::Completed, Some(odd)),
+            status(TaskState::InputRequired, Some("")),
+            Frame::Text { id: "t\"1".into(), text: odd.into(), is_final: true },
+            Frame::Text { id: "t".into(), text: String::new(), is_final: false },
+            Frame::Thinking { id: "t".into(), text: odd.into(), is_final: false },
+            Frame::ToolCallStarted { id: "t".into(), tool_call_id: "c1".into(), tool_name: odd.into() },
+            Frame::ToolCallProgress { id: "t".into(), tool_call_id: odd.into(), input_bytes: 12 },
+            Frame::Artifact { id: "t".into(), artifact: artifact(true) },
+            Frame::Artifact { id: "t".into(), artifact: artifact(false) },
+            Frame::Gap { first_available_id: 5 },
+            Frame::Lagged { missed: 0 },
+            Frame::ConnectionAck { role: "observer".into(), conversation_mode: odd.into() },
+            Frame::CapsuleClosed {},
+            Frame::Error { error: odd.into() },
+        ]
+    }
+
+    #[test]
+    fn the_data_text_is_what_serializing_the_data_value_gives() {
+        for frame in every_kind_of_frame() {
+            assert_eq!(frame.data_json(), frame.data().to_string(), "{frame:?}");
+        }
+    }
+
     #[test]
     fn the_json_line_text_is_what_serializing_its_value_gives() {
-        let frames = [
-            Frame::Text { id: "t\"1".into(), text: "a\nb \u{e9}".into(), is_final: true },
-            Frame::Status {
-                id: "t".into(),
-                context_id: "c".into(),
-                status: StatusBody { state: TaskState::Working, message: "turn 1".into(), response: None },
-                is_final: false,
-            },
-            Frame::ToolCallProgress { id: "t".into(), tool_call_id: "c1".into(), input_bytes: 12 },
-            Frame::Gap { first_available_id: 5 },
-            Frame::CapsuleClosed {},
-        ];
-        for frame in frames {
+        for frame in every_kind_of_frame() {
             for id in [Some(3), None] {
                 let f = NumberedFrame { id, frame: frame.clone() };
                 assert_eq!(f.json_line(), f.to_json_line().to_string(), "{f:?}");

@@ -8,6 +8,7 @@
 
 pub mod diagnostics;
 pub mod frame;
+mod frame_data;
 pub mod host_config;
 pub mod host_file;
 pub mod journal_line;
