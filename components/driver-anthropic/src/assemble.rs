@@ -15,6 +15,7 @@
 //! delta types this runtime has no neutral form for are ignored; empty text
 //! blocks are dropped (the API refuses them when they are sent back).
 
+use guest_http::flat::Flat;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -52,10 +53,8 @@ struct Usage {
 }
 
 impl Usage {
-    /// Take every count present in a provider `usage` object.
-    fn update(&mut self, usage: Option<&Value>) {
-        let Some(usage) = usage else { return };
-        let get = |key: &str| usage.get(key).and_then(Value::as_u64);
+    /// Take every count present in a provider `usage` object (`get` reads one of its keys).
+    fn update(&mut self, get: impl Fn(&str) -> Option<u64>) {
         for (slot, key) in [
             (&mut self.input, "input_tokens"),
             (&mut self.output, "output_tokens"),
@@ -120,18 +119,24 @@ impl<S: Sink> Assembler<S> {
     }
 
     /// Handle one SSE event. `name` may be empty; then the `type` in the data
-    /// names it.
+    /// names it. The data is read as a [`Flat`]: the fields asked for below,
+    /// as a `Value` would give them, without building one.
     pub fn event(&mut self, name: &str, data: &str) {
         if self.is_finished() {
             return;
         }
-        let value: Value = match serde_json::from_str(data) {
+        let value = match Flat::parse(data) {
             Ok(v) => v,
             Err(e) => return self.fail(format!("invalid JSON in stream event `{name}`: {e}")),
         };
-        let kind = if name.is_empty() { value.get("type").and_then(Value::as_str).unwrap_or("") } else { name };
+        let named = if name.is_empty() { value.str("type") } else { None };
+        let kind = named.as_deref().unwrap_or(name);
         match kind {
-            "message_start" => self.usage.update(value.pointer("/message/usage")),
+            "message_start" => {
+                if let Some(usage) = value.object("message").as_ref().and_then(|m| m.object("usage")) {
+                    self.usage.update(|k| usage.u64(k));
+                }
+            }
             "content_block_start" => self.block_start(&value),
             "content_block_delta" => self.block_delta(&value),
             "content_block_stop" => {
@@ -140,35 +145,39 @@ impl<S: Sink> Assembler<S> {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop_reason = Some(reason.to_string());
+                if let Some(reason) = value.object("delta").as_ref().and_then(|d| d.str("stop_reason")) {
+                    self.stop_reason = Some(reason.into_owned());
                 }
-                self.usage.update(value.get("usage"));
+                if let Some(usage) = value.object("usage") {
+                    self.usage.update(|k| usage.u64(k));
+                }
             }
             "message_stop" => self.stopped = true,
             "error" => {
-                let kind = value.pointer("/error/type").and_then(Value::as_str).unwrap_or("error");
-                let message = value.pointer("/error/message").and_then(Value::as_str).unwrap_or("(no message)");
+                let error = value.object("error").unwrap_or_default();
+                let kind = error.str("type");
+                let message = error.str("message");
+                let (kind, message) =
+                    (kind.as_deref().unwrap_or("error"), message.as_deref().unwrap_or("(no message)"));
                 self.fail(format!("stream error: {kind}: {message}"));
             }
             _ => {} // `ping` and event types added later
         }
     }
 
-    fn index(&mut self, value: &Value, kind: &str) -> Option<u64> {
-        let index = value.get("index").and_then(Value::as_u64);
+    fn index(&mut self, value: &Flat, kind: &str) -> Option<u64> {
+        let index = value.u64("index");
         if index.is_none() {
             self.fail(format!("stream event `{kind}` has no index"));
         }
         index
     }
 
-    fn block_start(&mut self, value: &Value) {
+    fn block_start(&mut self, value: &Flat) {
         let Some(index) = self.index(value, "content_block_start") else { return };
-        let empty = Value::Null;
-        let block = value.get("content_block").unwrap_or(&empty);
-        let field = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or("").to_string();
-        let new = match block.get("type").and_then(Value::as_str).unwrap_or("") {
+        let block = value.object("content_block").unwrap_or_default();
+        let field = |key: &str| block.str(key).unwrap_or_default().into_owned();
+        let new = match block.str("type").as_deref().unwrap_or("") {
             "text" => {
                 let text = field("text");
                 if !text.is_empty() {
@@ -194,34 +203,33 @@ impl<S: Sink> Assembler<S> {
         self.blocks.insert(index, new);
     }
 
-    fn block_delta(&mut self, value: &Value) {
+    fn block_delta(&mut self, value: &Flat) {
         let Some(index) = self.index(value, "content_block_delta") else { return };
         let Some(block) = self.blocks.get_mut(&index) else {
             return self.fail(format!("content_block_delta for block {index}, which never started"));
         };
-        let empty = Value::Null;
-        let delta = value.get("delta").unwrap_or(&empty);
-        let field = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
-        match (delta.get("type").and_then(Value::as_str).unwrap_or(""), block) {
+        let delta = value.object("delta").unwrap_or_default();
+        let field = |key: &str| delta.str(key).unwrap_or_default();
+        match (delta.str("type").as_deref().unwrap_or(""), block) {
             ("text_delta", Block::Text(text)) => {
                 let chunk = field("text");
-                text.push_str(chunk);
+                text.push_str(&chunk);
                 if !chunk.is_empty() {
-                    self.sink.text(chunk);
+                    self.sink.text(&chunk);
                 }
             }
             ("input_json_delta", Block::ToolUse { id, json, .. }) => {
-                json.push_str(field("partial_json"));
+                json.push_str(&field("partial_json"));
                 self.sink.tool_bytes(id, json.len() as u64);
             }
             ("thinking_delta", Block::Thinking { text, .. }) => {
                 let chunk = field("thinking");
-                text.push_str(chunk);
+                text.push_str(&chunk);
                 if !chunk.is_empty() {
-                    self.sink.thinking(chunk);
+                    self.sink.thinking(&chunk);
                 }
             }
-            ("signature_delta", Block::Thinking { signature, .. }) => signature.push_str(field("signature")),
+            ("signature_delta", Block::Thinking { signature, .. }) => signature.push_str(&field("signature")),
             _ => {} // citations and deltas for skipped blocks
         }
     }
@@ -246,7 +254,9 @@ impl<S: Sink> Assembler<S> {
             let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("(no message)");
             return self.fail(format!("{kind}: {message}"));
         }
-        self.usage.update(body.get("usage"));
+        if let Some(usage) = body.get("usage") {
+            self.usage.update(|k| usage.get(k).and_then(Value::as_u64));
+        }
         self.stop_reason = body.get("stop_reason").and_then(Value::as_str).map(str::to_string);
         let blocks = body.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
         for (index, block) in blocks.iter().enumerate() {

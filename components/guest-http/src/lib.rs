@@ -14,6 +14,8 @@
 //! - [`http`]: one POST through `wasi:http` (the `wasip2` crate), the
 //!   response body read piece by piece or whole;
 //! - [`sse`]: the incremental server-sent-events parser;
+//! - [`flat`]: a stream event's fields as slices of its text, read as a
+//!   `Value` would read them but without the tree;
 //! - [`exchange`]: one streaming call from POST to last event, handing the
 //!   answer to a driver's assembler ([`exchange::Answer`]);
 //! - [`shape`]: the `passed` / `failed` / `error` result shapes, without the
@@ -32,6 +34,7 @@
 #[cfg(feature = "testing")]
 pub mod differential;
 pub mod exchange;
+pub mod flat;
 pub mod http;
 pub mod input;
 pub mod lenient;

@@ -1,0 +1,143 @@
+//! A JSON document read as `serde_json::Value` would read it, without building the tree: its
+//! top-level keys, each with its value's text borrowed from the input, and nested objects read
+//! the same way when asked for.
+//!
+//! What it is for: a provider's stream sends a dozen small events per answer, and a driver
+//! looks at a few fields of each. Reading every event into a `Value` built a map and a string
+//! per field only to drop them; a [`Flat`] keeps slices of the event's text.
+//!
+//! Guarantees, the same as reading the text into a `Value` and asking it:
+//! - [`Flat::parse`] accepts exactly the documents `serde_json::from_str::<Value>` accepts
+//!   (the [`crate::scan`] rules), and refuses the others with serde_json's own error;
+//! - [`Flat::get`] is `Value::get` on an object: the last of duplicate keys wins, and a
+//!   document that is not an object has no keys;
+//! - [`Flat::str`] is `Value::as_str` (decoded, borrowed when the string holds no escape),
+//!   [`Flat::u64`] is `Value::as_u64` (an integer literal in range: not `1.0`, not `1e2`, not
+//!   negative, not `-0`), [`Flat::object`] is `Value::get` followed by reading that value as an
+//!   object.
+//!
+//! Deliberately not done: arrays, other number types, or a value's decoded form beyond a
+//! string: a caller that needs a whole subtree asks serde_json for it from [`Raw::json`].
+
+use std::borrow::Cow;
+
+use crate::lenient::{Raw, Read};
+use crate::scan::Scan;
+
+/// An object's keys and their values' text (no keys when the document is not an object).
+#[derive(Debug, Default)]
+pub struct Flat<'a> {
+    fields: Vec<(Cow<'a, str>, Raw<'a>)>,
+}
+
+impl<'a> Flat<'a> {
+    /// Read a document, checked whole. The error is serde_json's, as `Value` reports it.
+    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        let mut scan = Scan::new(text);
+        match Self::read(&mut scan).and_then(|flat| scan.end().map(|()| flat)) {
+            Ok(flat) => Ok(flat),
+            Err(_) => Err(match serde_json::from_str::<serde_json::Value>(text) {
+                Err(e) => e,
+                Ok(_) => serde::de::Error::custom("the scanner refused a document serde_json accepts"),
+            }),
+        }
+    }
+
+    /// The next value of `scan`: its keys when it is an object, none otherwise.
+    fn read(scan: &mut Scan<'a>) -> Result<Self, crate::scan::Refused> {
+        let mut fields = Vec::new();
+        if scan.peek() == Some(b'{') {
+            scan.object(|scan, key| {
+                let value = Raw::read(scan)?;
+                fields.push((key, value));
+                Ok(())
+            })?;
+        } else {
+            scan.raw()?;
+        }
+        Ok(Flat { fields })
+    }
+
+    /// The value of `key` (the last one, when the key is repeated).
+    pub fn get(&self, key: &str) -> Option<&Raw<'a>> {
+        self.fields.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// `key`'s value as a string, decoded.
+    pub fn str(&self, key: &str) -> Option<Cow<'_, str>> {
+        self.get(key).and_then(Raw::decoded)
+    }
+
+    /// `key`'s value as a non-negative integer.
+    pub fn u64(&self, key: &str) -> Option<u64> {
+        self.get(key).and_then(Raw::as_u64)
+    }
+
+    /// `key`'s value read as an object (`None` when absent; no keys when not an object).
+    pub fn object(&self, key: &str) -> Option<Flat<'_>> {
+        let raw = self.get(key)?;
+        // The text was checked when this object was read.
+        Some(Flat::read(&mut Scan::new(raw.json())).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// Every question a driver asks, answered by `Flat` and by `Value`, must agree.
+    fn agrees(text: &str) {
+        let value = serde_json::from_str::<Value>(text);
+        let flat = Flat::parse(text);
+        match (&value, &flat) {
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{text}"),
+            (Ok(_), Ok(_)) => {}
+            _ => panic!("{text}: Value {value:?}, Flat {flat:?}"),
+        }
+        let (Ok(value), Ok(flat)) = (value, flat) else { return };
+        for key in ["type", "index", "n", "a\"b", "é", "o", ""] {
+            assert_eq!(flat.str(key).as_deref(), value.get(key).and_then(Value::as_str), "{text} {key}");
+            assert_eq!(flat.u64(key), value.get(key).and_then(Value::as_u64), "{text} {key}");
+            let inner = value.get(key);
+            let nested = flat.object(key);
+            assert_eq!(nested.is_some(), inner.is_some(), "{text} {key}");
+            if let (Some(nested), Some(inner)) = (nested, inner) {
+                for k in ["type", "n", "x"] {
+                    assert_eq!(nested.str(k).as_deref(), inner.get(k).and_then(Value::as_str), "{text} {key}.{k}");
+                    assert_eq!(nested.u64(k), inner.get(k).and_then(Value::as_u64), "{text} {key}.{k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn answers_what_a_value_would() {
+        for text in [
+            r#"{"type":"message_start","index":0}"#,
+            r#"{"type":"a","type":"b","index":1,"index":"2"}"#,
+            r#"{"index":-0}"#,
+            r#"{"index":-1,"n":1.0,"o":1e2}"#,
+            r#"{"index":18446744073709551615,"n":18446744073709551616}"#,
+            r#"{"a\"b":"q\"x","\u00e9":"\u00e9\ud83d\ude00","":"empty"}"#,
+            r#"{"o":{"type":"text","n":3,"x":{"deep":[1,2]}},"type":{"type":"x"}}"#,
+            r#"{"o":[1,2],"n":null,"type":true}"#,
+            r#"{"o":"{\"type\":\"not an object\"}"}"#,
+            r#" { "type" : "spaced" , "index" : 7 } "#,
+            r#"[{"type":"in an array"}]"#,
+            r#""type""#,
+            "7",
+            "null",
+            r#"{"type":"x""#,
+            r#"{"type":"x",}"#,
+            r#"{"index":01}"#,
+            r#"{"n":1e400}"#,
+            r#"{"type":"\ud800"}"#,
+            r#"{"type":"ctl	char"}"#,
+            "",
+            "{} {}",
+        ] {
+            agrees(text);
+        }
+    }
+}
