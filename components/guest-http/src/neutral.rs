@@ -91,7 +91,15 @@ impl<'a> Fields<'a> for Request<'a> {
             "max_tokens" => self.max_tokens = raw(scan)?,
             "system" => self.system = raw(scan)?,
             "params" => self.params = Some(Read::read(scan)?),
-            "messages" => self.messages = Some(Read::read(scan)?),
+            "messages" => {
+                // The runtime's own compact form, read in one loop; anything else (or
+                // anything the loop does not know) by the general reader.
+                scan.peek();
+                self.messages = Some(match fast::messages(scan) {
+                    Some(list) => List::Items(list),
+                    None => Read::read(scan)?,
+                });
+            }
             "tools" => self.tools = Some(Read::read(scan)?),
             _ => skip(scan)?,
         }
@@ -488,6 +496,9 @@ impl<'a> Fields<'a> for SchemaKeys<'a> {
         Ok(())
     }
 }
+
+#[path = "neutral_fast.rs"]
+mod fast;
 
 #[cfg(test)]
 #[path = "neutral_tests.rs"]

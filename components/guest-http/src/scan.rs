@@ -30,7 +30,7 @@ use std::borrow::Cow;
 pub struct Refused;
 
 /// The deepest nesting serde_json accepts.
-const MAX_DEPTH: u32 = 127;
+pub(crate) const MAX_DEPTH: u32 = 127;
 
 /// A position in a JSON text and the containers open around it.
 pub struct Scan<'a> {
@@ -42,6 +42,31 @@ pub struct Scan<'a> {
 impl<'a> Scan<'a> {
     pub fn new(text: &'a str) -> Self {
         Scan { text, at: 0, depth: 0 }
+    }
+
+    /// A scan of `text` resumed at byte `at`, inside `depth` open containers.
+    pub(crate) fn resume(text: &'a str, at: usize, depth: u32) -> Self {
+        Scan { text, at, depth }
+    }
+
+    /// The text scanned.
+    pub(crate) fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// Where the scan is (a byte offset).
+    pub(crate) fn position(&self) -> usize {
+        self.at
+    }
+
+    /// Containers open around the position.
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Move on to `at`, after text read elsewhere (and checked there).
+    pub(crate) fn skip_to(&mut self, at: usize) {
+        self.at = at;
     }
 
     /// Whether `text` is one JSON value, with only whitespace around it.
@@ -297,7 +322,7 @@ pub fn decoded(literal: &str) -> Result<Cow<'_, str>, Refused> {
 /// is flagged by the usual zero-byte test, and the lowest flag is always a
 /// true match.
 #[inline(always)]
-fn plain_run(bytes: &[u8], mut i: usize) -> usize {
+pub(crate) fn plain_run(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;

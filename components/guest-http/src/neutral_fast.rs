@@ -1,0 +1,218 @@
+//! The message list as the runtime writes it, read in one tight loop.
+//!
+//! Why: a driver reads the whole history on every call, so the list is most of what it reads
+//! by a long session. The general reader ([`super::Read`] over `List<Obj<Message>>`) goes
+//! through a closure, a decoded key and a `Result` per value; compiled to wasm that costs
+//! several hundred instructions per value. This loop keeps its position in a local and
+//! matches keys as bytes.
+//!
+//! What it reads: the compact JSON the runtime serializes: no whitespace, each message an
+//! object with unescaped keys, `content` an array of block objects, strings whose escapes are
+//! the short ones (`\n`, `\"`, …). Values it does not look into (numbers, `true`, a tool
+//! call's `input`, unknown keys' values) are passed by the general scanner at the depth they
+//! sit at. On anything else (whitespace, an escaped key, a `\u` escape, `content` that is a
+//! string or `null`, an image's `source`, a message or block that is not an object, text that
+//! is not JSON) it gives up, and the general reader reads the list from its start.
+//!
+//! Guarantee: when it gives a list, that list and the position after it are what the general
+//! reader gives for the same text, and every byte it passed is valid JSON by the
+//! [`crate::scan`] rules (`fast_tests` compares both readers over the test corpus and over
+//! every cut and one-byte change of generated histories).
+
+use super::{Block, Content, Message, Obj, Raw, Shape};
+use crate::scan::{MAX_DEPTH, Scan, plain_run};
+
+/// The list at `scan`'s position (after whitespace), or `None` with `scan` untouched.
+pub(super) fn messages<'a>(scan: &mut Scan<'a>) -> Option<Vec<Obj<Message<'a>>>> {
+    let depth = scan.depth();
+    // The list, a message, its content and a block: four levels below `depth`.
+    if depth + 4 > MAX_DEPTH {
+        return None;
+    }
+    let mut r = Reader { text: scan.text(), at: scan.position(), depth };
+    let list = r.list()?;
+    scan.skip_to(r.at);
+    Some(list)
+}
+
+struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+    /// Containers open around the list.
+    depth: u32,
+}
+
+impl<'a> Reader<'a> {
+    #[inline(always)]
+    fn byte(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    #[inline(always)]
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.byte()? == byte).then(|| self.at += 1)
+    }
+
+    /// After an item: `true` at `,` (another follows), `false` at `close`.
+    #[inline(always)]
+    fn next(&mut self, close: u8) -> Option<bool> {
+        let b = self.byte()?;
+        self.at += 1;
+        match b {
+            b',' => Some(true),
+            b if b == close => Some(false),
+            _ => None,
+        }
+    }
+
+    /// An empty container's `close`, if it is next.
+    #[inline(always)]
+    fn empty(&mut self, close: u8) -> Option<bool> {
+        let empty = self.byte()? == close;
+        if empty {
+            self.at += 1;
+        }
+        Some(empty)
+    }
+
+    /// A key without escapes and its `:`; the key's bytes.
+    #[inline(always)]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        let bytes = self.text.as_bytes();
+        self.eat(b'"')?;
+        let start = self.at;
+        let end = plain_run(bytes, start);
+        if bytes.get(end) != Some(&b'"') || bytes.get(end + 1) != Some(&b':') {
+            return None;
+        }
+        self.at = end + 2;
+        Some(&bytes[start..end])
+    }
+
+    /// A value: a string checked here, anything else by the general scanner inside `depth`
+    /// containers.
+    #[inline(always)]
+    fn value(&mut self, depth: u32) -> Option<Raw<'a>> {
+        if self.byte()? == b'"' { self.string() } else { self.other(depth) }
+    }
+
+    fn string(&mut self) -> Option<Raw<'a>> {
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut i = start + 1;
+        loop {
+            i = plain_run(bytes, i);
+            match bytes.get(i)? {
+                b'"' => break,
+                b'\\' => match bytes.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    // `\u` (its hex and surrogates need serde_json's check), or not an escape.
+                    _ => return None,
+                },
+                // A control character.
+                _ => return None,
+            }
+        }
+        self.at = i + 1;
+        Some(Raw::checked(self.text.get(start..self.at)?))
+    }
+
+    #[cold]
+    fn other(&mut self, depth: u32) -> Option<Raw<'a>> {
+        let mut scan = Scan::resume(self.text, self.at, depth);
+        let raw = scan.raw().ok()?;
+        self.at = scan.position();
+        Some(Raw::checked(raw))
+    }
+
+    fn list(&mut self) -> Option<Vec<Obj<Message<'a>>>> {
+        self.eat(b'[')?;
+        let mut list = Vec::new();
+        if self.empty(b']')? {
+            return Some(list);
+        }
+        loop {
+            list.push(self.message()?);
+            if !self.next(b']')? {
+                return Some(list);
+            }
+        }
+    }
+
+    fn message(&mut self) -> Option<Obj<Message<'a>>> {
+        // Inside the request, the list and this message.
+        let depth = self.depth + 2;
+        self.eat(b'{')?;
+        let mut m = Message::default();
+        if !self.empty(b'}')? {
+            loop {
+                match self.key()? {
+                    b"role" => m.role = Some(self.value(depth)?),
+                    b"content" => m.content = self.content()?,
+                    b"tool_call_id" => m.tool_call_id = Some(self.value(depth)?),
+                    b"is_error" => m.is_error = Some(self.value(depth)?),
+                    _ => {
+                        self.value(depth)?;
+                    }
+                }
+                if !self.next(b'}')? {
+                    break;
+                }
+            }
+        }
+        Some(Obj { shape: Shape::Object, fields: m })
+    }
+
+    fn content(&mut self) -> Option<Content<'a>> {
+        self.eat(b'[')?;
+        let mut content = Content::Many(Vec::new());
+        if self.empty(b']')? {
+            return Some(content);
+        }
+        loop {
+            content.push(self.block()?);
+            if !self.next(b']')? {
+                return Some(content);
+            }
+        }
+    }
+
+    fn block(&mut self) -> Option<Obj<Block<'a>>> {
+        // Inside the request, the list, the message, its content and this block.
+        let depth = self.depth + 4;
+        self.eat(b'{')?;
+        let mut b = Block::default();
+        if !self.empty(b'}')? {
+            loop {
+                let key = self.key()?;
+                let slot = match key {
+                    b"type" => &mut b.kind,
+                    b"text" => &mut b.text,
+                    b"id" => &mut b.id,
+                    b"name" => &mut b.name,
+                    b"input" => &mut b.input,
+                    b"signature" => &mut b.signature,
+                    b"data" => &mut b.data,
+                    // An image's source is read by the general reader.
+                    b"source" => return None,
+                    _ => {
+                        self.value(depth)?;
+                        if !self.next(b'}')? {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                *slot = Some(self.value(depth)?);
+                if !self.next(b'}')? {
+                    break;
+                }
+            }
+        }
+        Some(Obj { shape: Shape::Object, fields: b })
+    }
+}
+
+#[cfg(test)]
+#[path = "neutral_fast_tests.rs"]
+mod fast_tests;
