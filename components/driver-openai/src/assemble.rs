@@ -29,6 +29,7 @@
 //! `logprobs`, refusals and the legacy `function_call` delta are ignored.
 
 use crate::calls::{Calls, Piece};
+use guest_http::flat::Flat;
 use serde_json::{Map, Value, json};
 
 /// Where live progress goes while a response streams in.
@@ -91,29 +92,44 @@ impl<S: Sink> Assembler<S> {
             self.done = true;
             return;
         }
-        match serde_json::from_str::<Value>(data) {
+        // Read as a `Flat`: the fields asked for below, as a `Value` would give them, without
+        // building one.
+        match Flat::parse(data) {
             Ok(chunk) => self.chunk(&chunk),
             Err(e) => self.fail(format!("invalid JSON in stream chunk: {e}")),
         }
     }
 
-    fn chunk(&mut self, chunk: &Value) {
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return self.fail(format!("stream error: {}", describe_error(error)));
+    fn chunk(&mut self, chunk: &Flat) {
+        if let Some(error) = chunk.raw("error").filter(|e| *e != "null") {
+            // Rare: the error whole, as a `Value`.
+            let error = serde_json::from_str::<Value>(error).unwrap_or(Value::Null);
+            return self.fail(format!("stream error: {}", describe_error(&error)));
         }
-        self.take_usage(chunk);
-        let Some(choice) = first_choice(chunk) else { return };
-        if let Some(delta) = choice.get("delta") {
-            self.add_thinking(reasoning(delta));
-            self.add_text(delta.get("content").and_then(Value::as_str));
-            if let Some(pieces) = delta.get("tool_calls").and_then(Value::as_array) {
-                for (position, entry) in pieces.iter().enumerate() {
-                    self.calls.piece(Piece::from_json(entry, position), &mut self.sink);
+        if let Some(usage) = chunk.object("usage") {
+            let details = usage.object("prompt_tokens_details");
+            let cached = details.as_ref().and_then(|d| d.u64("cached_tokens"));
+            if let Some(usage) = neutral_usage(usage.u64("prompt_tokens"), usage.u64("completion_tokens"), cached) {
+                self.usage = Some(usage);
+            }
+        }
+        let Some(choices) = chunk.items("choices") else { return };
+        let Some(choice) = choices.into_iter().map(Flat::of).find(|c| c.u64("index").unwrap_or(0) == 0) else {
+            return;
+        };
+        if let Some(delta) = choice.object("delta") {
+            let reasoning =
+                ["reasoning_content", "reasoning"].into_iter().find_map(|k| delta.str(k).filter(|s| !s.is_empty()));
+            self.add_thinking(reasoning.as_deref());
+            self.add_text(delta.str("content").as_deref());
+            if let Some(pieces) = delta.items("tool_calls") {
+                for (position, entry) in pieces.into_iter().enumerate() {
+                    self.calls.piece(Piece::from_flat(&Flat::of(entry), position), &mut self.sink);
                 }
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish_reason = Some(reason.to_string());
+        if let Some(reason) = choice.str("finish_reason") {
+            self.finish_reason = Some(reason.into_owned());
         }
     }
 
@@ -153,7 +169,10 @@ impl<S: Sink> Assembler<S> {
     }
 
     fn take_usage(&mut self, value: &Value) {
-        if let Some(usage) = value.get("usage").and_then(neutral_usage) {
+        let Some(usage) = value.get("usage") else { return };
+        let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
+        let cached = count("/prompt_tokens_details/cached_tokens");
+        if let Some(usage) = neutral_usage(count("/prompt_tokens"), count("/completion_tokens"), cached) {
             self.usage = Some(usage);
         }
     }
@@ -219,15 +238,13 @@ fn reasoning(value: &Value) -> Option<&str> {
     get("reasoning_content").or_else(|| get("reasoning"))
 }
 
-/// A provider `usage` object in the neutral shape; `None` when it holds no count.
-fn neutral_usage(usage: &Value) -> Option<Value> {
-    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
-    let (input, output) = (count("/prompt_tokens"), count("/completion_tokens"));
+/// A provider `usage` object's counts in the neutral shape; `None` when it holds no count.
+fn neutral_usage(input: Option<u64>, output: Option<u64>, cached: Option<u64>) -> Option<Value> {
     if input.is_none() && output.is_none() {
         return None;
     }
     let mut neutral = json!({"input_tokens": input.unwrap_or(0), "output_tokens": output.unwrap_or(0)});
-    if let Some(cached) = count("/prompt_tokens_details/cached_tokens") {
+    if let Some(cached) = cached {
         neutral["cached_tokens"] = cached.into();
     }
     Some(neutral)

@@ -21,7 +21,9 @@
 //! checked against the tool's schema (the runtime's job).
 
 use crate::assemble::Sink;
+use guest_http::flat::Flat;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 struct Call {
@@ -36,8 +38,8 @@ struct Call {
 /// One piece of a call, as found in a chunk or a whole message.
 pub struct Piece<'a> {
     pub index: u64,
-    pub id: Option<&'a str>,
-    pub name: Option<&'a str>,
+    pub id: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
     pub arguments: Option<String>,
 }
 
@@ -45,7 +47,7 @@ impl<'a> Piece<'a> {
     /// Read a `tool_calls[]` entry; `position` (its place in the array) is
     /// the index when the entry carries none.
     pub fn from_json(entry: &'a Value, position: usize) -> Self {
-        let text = |v: Option<&'a Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty());
+        let text = |v: Option<&'a Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(Cow::Borrowed);
         let arguments = match entry.pointer("/function/arguments") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
@@ -55,6 +57,27 @@ impl<'a> Piece<'a> {
             index: entry.get("index").and_then(Value::as_u64).unwrap_or(position as u64),
             id: text(entry.get("id")),
             name: text(entry.pointer("/function/name")),
+            arguments,
+        }
+    }
+
+    /// [`Piece::from_json`] for an entry of a streamed chunk read as a [`Flat`]: the same
+    /// piece from the same text.
+    pub fn from_flat(entry: &Flat<'a>, position: usize) -> Self {
+        let text = |v: Option<Cow<'a, str>>| v.filter(|s| !s.is_empty());
+        let function = entry.object("function");
+        let arguments = match function.as_ref().and_then(|f| f.raw("arguments")) {
+            None | Some("null") => None,
+            Some(json) if json.starts_with('"') => {
+                function.as_ref().and_then(|f| f.str("arguments")).map(Cow::into_owned)
+            }
+            // Rare: not a string. Its text as `Value` writes it (keys sorted, numbers normalized).
+            Some(json) => serde_json::from_str::<Value>(json).ok().map(|v| v.to_string()),
+        };
+        Piece {
+            index: entry.u64("index").unwrap_or(position as u64),
+            id: text(entry.str("id")),
+            name: text(function.as_ref().and_then(|f| f.str("name"))),
             arguments,
         }
     }
@@ -134,7 +157,7 @@ mod tests {
     use crate::assemble::tests::Record;
 
     fn piece(index: u64, id: Option<&'static str>, name: Option<&'static str>, args: Option<&str>) -> Piece<'static> {
-        Piece { index, id, name, arguments: args.map(str::to_string) }
+        Piece { index, id: id.map(Cow::Borrowed), name: name.map(Cow::Borrowed), arguments: args.map(str::to_string) }
     }
 
     #[test]
@@ -191,9 +214,40 @@ mod tests {
         let entry =
             json!({"index": 2, "id": "x", "type": "function", "function": {"name": "n", "arguments": {"a": 1}}});
         let p = Piece::from_json(&entry, 0);
-        assert_eq!((p.index, p.id, p.name, p.arguments.as_deref()), (2, Some("x"), Some("n"), Some("{\"a\":1}")));
+        assert_eq!(
+            (p.index, p.id.as_deref(), p.name.as_deref(), p.arguments.as_deref()),
+            (2, Some("x"), Some("n"), Some("{\"a\":1}"))
+        );
         let entry = json!({"function": {"arguments": "{"}});
         let p = Piece::from_json(&entry, 4);
-        assert_eq!((p.index, p.id, p.name, p.arguments.as_deref()), (4, None, None, Some("{")));
+        assert_eq!((p.index, p.id.as_deref(), p.name.as_deref(), p.arguments.as_deref()), (4, None, None, Some("{")));
+    }
+
+    /// A streamed entry read as a `Flat` gives the piece its `Value` gives.
+    #[test]
+    fn pieces_from_flat_are_pieces_from_json() {
+        for text in [
+            r#"{"index":2,"id":"x","type":"function","function":{"name":"n","arguments":"{\"a\":1}"}}"#,
+            r#"{"index":2,"id":"x","function":{"name":"n","arguments":{"b":1,"a":2.50,"c":[1e2]}}}"#,
+            r#"{"function":{"arguments":"{"}}"#,
+            r#"{"function":{"arguments":null,"name":""},"id":""}"#,
+            r#"{"function":{"arguments":7},"index":"3"}"#,
+            r#"{"function":[1],"index":-1,"id":"q\"\u00e9"}"#,
+            r#"{"function":"f","index":1.0,"id":5}"#,
+            r#"{"function":{"name":"a\nb","name":"last","arguments":"x","arguments":"y"}}"#,
+            r#"{}"#,
+            r#"[]"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let flat = Flat::parse(text).unwrap();
+            for position in [0, 9] {
+                let (a, b) = (Piece::from_json(&value, position), Piece::from_flat(&flat, position));
+                assert_eq!(
+                    (a.index, a.id, a.name, a.arguments),
+                    (b.index, b.id, b.name, b.arguments),
+                    "{text} at {position}"
+                );
+            }
+        }
     }
 }
