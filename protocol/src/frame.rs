@@ -247,10 +247,20 @@ impl NumberedFrame {
     /// keys in order: `data`, `event`, `id`), built around one serialization of the data instead
     /// of a second tree around it. `frames.jsonl` and `--json` write this.
     pub fn json_line(&self) -> String {
-        let data = self.frame.data_json();
-        let id = self.id.map_or_else(|| "null".to_string(), |id| id.to_string());
+        let mut out = Vec::with_capacity(160);
+        out.extend_from_slice(b"{\"data\":");
+        crate::frame_data::write_data(&mut out, &self.frame);
         // Event names are fixed lower-case words: nothing in them needs escaping.
-        format!("{{\"data\":{data},\"event\":\"{}\",\"id\":{id}}}", self.frame.event_name())
+        out.extend_from_slice(b",\"event\":\"");
+        out.extend_from_slice(self.frame.event_name().as_bytes());
+        out.extend_from_slice(b"\",\"id\":");
+        match self.id {
+            Some(id) => out.extend_from_slice(id.to_string().as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
+        // Only serde_json's output and ASCII went in.
+        String::from_utf8(out).unwrap_or_else(|_| self.to_json_line().to_string())
     }
 }
 

@@ -19,9 +19,21 @@ use crate::frame::{ArtifactBody, Frame, StatusBody, TaskState};
 
 /// The text of `frame`'s data object.
 pub(crate) fn data_json(frame: &Frame) -> String {
-    let view = View::of(frame);
-    // Serializing borrowed strings, numbers and bools into a `Vec` cannot fail.
-    serde_json::to_string(&view).unwrap_or_else(|_| frame.data().to_string())
+    let mut out = Vec::with_capacity(128);
+    write_data(&mut out, frame);
+    // Only serde_json's output and ASCII went in.
+    String::from_utf8(out).unwrap_or_else(|_| frame.data().to_string())
+}
+
+/// Append the text of `frame`'s data object to `out`.
+pub(crate) fn write_data(out: &mut Vec<u8>, frame: &Frame) {
+    let mark = out.len();
+    // Serializing borrowed strings, numbers and bools into a `Vec` cannot fail; should it
+    // ever, the `Value` form is written instead.
+    if serde_json::to_writer(&mut *out, &View::of(frame)).is_err() {
+        out.truncate(mark);
+        out.extend_from_slice(frame.data().to_string().as_bytes());
+    }
 }
 
 /// A frame's data, fields in the order their keys sort.
