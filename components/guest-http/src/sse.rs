@@ -48,32 +48,33 @@ impl Parser {
 
     /// Feed the next bytes of the stream; returns every event they complete.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Event>, NotUtf8> {
-        self.pending.extend_from_slice(bytes);
+        // The buffer is taken out while its lines are read (they borrow it), and what is left
+        // of it goes back: no line is copied.
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
-        let mut i = 0;
-        while i < self.pending.len() {
-            let end_len = match self.pending[i] {
+        let outcome = loop {
+            let Some(at) = pending[start..].iter().position(|&b| b == b'\n' || b == b'\r') else { break Ok(()) };
+            let i = start + at;
+            let end_len = match pending[i] {
                 b'\n' => 1,
-                b'\r' => match self.pending.get(i + 1) {
+                _ => match pending.get(i + 1) {
                     Some(b'\n') => 2,
                     Some(_) => 1,
                     // A `\r` as the last byte may be the first half of `\r\n`:
                     // wait for the next read to decide.
-                    None => break,
+                    None => break Ok(()),
                 },
-                _ => {
-                    i += 1;
-                    continue;
-                }
             };
-            let line = self.pending[start..i].to_vec();
-            self.line(&line, &mut events)?;
-            i += end_len;
-            start = i;
-        }
-        self.pending.drain(..start);
-        Ok(events)
+            if let Err(e) = self.line(&pending[start..i], &mut events) {
+                break Err(e);
+            }
+            start = i + end_len;
+        };
+        pending.drain(..start);
+        self.pending = pending;
+        outcome.map(|()| events)
     }
 
     /// The stream has ended. A `\r` held back as possibly half of `\r\n`
@@ -108,12 +109,18 @@ impl Parser {
         if line.starts_with(':') {
             return Ok(());
         }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+        let (field, value) = match line.bytes().position(|b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(' ').unwrap_or(value))
+            }
             None => (line, ""),
         };
         match field {
-            "event" => self.name = value.to_string(),
+            "event" => {
+                self.name.clear();
+                self.name.push_str(value);
+            }
             "data" => {
                 self.data.push_str(value);
                 self.data.push('\n');
