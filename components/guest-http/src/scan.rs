@@ -37,16 +37,19 @@ pub struct Scan<'a> {
     text: &'a str,
     at: usize,
     depth: u32,
+    /// Where [`compact::skip`] may be tried again: past the point it last gave up at, so that
+    /// no byte is tried by it twice.
+    compact_from: usize,
 }
 
 impl<'a> Scan<'a> {
     pub fn new(text: &'a str) -> Self {
-        Scan { text, at: 0, depth: 0 }
+        Scan { text, at: 0, depth: 0, compact_from: 0 }
     }
 
     /// A scan of `text` resumed at byte `at`, inside `depth` open containers.
     pub(crate) fn resume(text: &'a str, at: usize, depth: u32) -> Self {
-        Scan { text, at, depth }
+        Scan { text, at, depth, compact_from: 0 }
     }
 
     /// The text scanned.
@@ -119,6 +122,17 @@ impl<'a> Scan<'a> {
     pub fn raw(&mut self) -> Result<&'a str, Refused> {
         self.ws();
         let start = self.at;
+        // A container in compact form is passed in one loop; anything that loop does not
+        // know, by the recursive reading below.
+        if start >= self.compact_from && matches!(self.bytes().get(start), Some(b'{' | b'[')) {
+            match compact::skip(self.bytes(), start, self.depth) {
+                Ok(end) => {
+                    self.at = end;
+                    return Ok(&self.text[start..end]);
+                }
+                Err(gave_up_at) => self.compact_from = gave_up_at.max(start + 1),
+            }
+        }
         self.value()?;
         Ok(&self.text[start..self.at])
     }
@@ -307,6 +321,9 @@ impl<'a> Scan<'a> {
     }
 }
 
+#[path = "scan_compact.rs"]
+mod compact;
+
 /// A checked string literal's content, decoded (borrowed when it holds no
 /// escape).
 pub fn decoded(literal: &str) -> Result<Cow<'_, str>, Refused> {
@@ -443,6 +460,71 @@ mod tests {
         cases.push(format!("1{}", "0".repeat(300)));
         for case in &cases {
             assert_eq!(Scan::document(case), value_accepts(case), "{case:?}");
+        }
+    }
+
+    /// A document of every kind of value, compact, nested a few levels.
+    fn compact_document() -> String {
+        concat!(
+            r#"{"a":[1,-2,0,-0,123456789012345678,true,false,null,"s",{"k":"v\"\\\/\b\f\n\r\t"}],"#,
+            r#""b":{"c":[[],{},[{}],{"d":[[[1]]]}],"e":"é 😀 </x>","f":1.5,"g":1e2,"h":"\u00e9"},"#,
+            r#""i":1234567890123456789,"j":[0,10],"k":"","l":{"":[null]}}"#
+        )
+        .to_string()
+    }
+
+    /// The scan with the compact loop on and off agree on `text`, and with serde_json.
+    fn compact_agrees(text: &str) {
+        assert_eq!(Scan::document(text), value_accepts(text), "{text}");
+        let (mut on, mut off) = (Scan::new(text), Scan::new(text));
+        off.compact_from = usize::MAX;
+        assert_eq!(on.raw(), off.raw(), "{text}");
+        assert_eq!(on.position(), off.position(), "{text}");
+    }
+
+    /// [`compact_document`] without what the compact loop leaves to the general reading (a
+    /// `\u` escape, a fraction, an exponent, a long number): the loop passes it whole.
+    const PLAIN: &str = r#"{"a":[1,-2,0,true,false,null,"s\n\"\\\/\b\f\r\t",{"k":[[],{}]}],"b":{"":"é"},"c":[[[10]]]}"#;
+
+    #[test]
+    fn the_compact_loop_passes_what_the_general_reading_passes() {
+        assert_eq!(compact::skip(PLAIN.as_bytes(), 0, 0), Ok(PLAIN.len()));
+        for text in [compact_document(), PLAIN.to_string()] {
+            let mut tried = 0;
+            for end in 0..=text.len() {
+                if text.is_char_boundary(end) {
+                    compact_agrees(&text[..end]);
+                }
+            }
+            let bytes = text.as_bytes();
+            for at in 0..bytes.len() {
+                if !bytes[at].is_ascii() {
+                    continue;
+                }
+                for with in
+                    [b'"', b'\\', b',', b':', b'}', b']', b'{', b'[', b' ', 0x01, b'x', b'0', b'-', b'.', b'e', b'u']
+                {
+                    let mut changed = bytes.to_vec();
+                    changed[at] = with;
+                    if let Ok(changed) = String::from_utf8(changed) {
+                        compact_agrees(&changed);
+                        tried += 1;
+                    }
+                }
+            }
+            assert!(tried > 1000, "{tried}");
+        }
+    }
+
+    #[test]
+    fn the_compact_loop_counts_nesting_from_the_scans_depth() {
+        let nested = |d: usize| format!("{}{}", "[".repeat(d), "]".repeat(d));
+        for (depth, levels, ok) in [(0, 127, true), (0, 128, false), (100, 27, true), (100, 28, false), (127, 1, false)]
+        {
+            let text = nested(levels);
+            let general = Scan::resume(&text, 0, depth).raw().is_ok();
+            let compact = compact::skip(text.as_bytes(), 0, depth).is_ok();
+            assert_eq!((general, compact), (ok, ok), "{levels} levels inside {depth}");
         }
     }
 
