@@ -125,16 +125,39 @@ impl<'a> Reader<'a> {
         Some(Raw::checked(raw))
     }
 
-    fn list(&mut self) -> Option<Vec<Obj<Message<'a>>>> {
+    /// `[`, then `item` for each element, then `]`.
+    #[inline(always)]
+    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
-        let mut list = Vec::new();
         if self.empty(b']')? {
-            return Some(list);
+            return Some(());
         }
         loop {
-            list.push(self.message()?);
+            item(self)?;
             if !self.next(b']')? {
-                return Some(list);
+                return Some(());
+            }
+        }
+    }
+
+    fn list(&mut self) -> Option<Vec<Obj<Message<'a>>>> {
+        let mut list = Vec::new();
+        self.array(|r| r.message().map(|m| list.push(m)))?;
+        Some(list)
+    }
+
+    /// `{`, then for each member its key, whose value `each` reads, then `}`.
+    #[inline(always)]
+    fn object(&mut self, mut each: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.empty(b'}')? {
+            return Some(());
+        }
+        loop {
+            let key = self.key()?;
+            each(self, key)?;
+            if !self.next(b'}')? {
+                return Some(());
             }
         }
     }
@@ -142,73 +165,46 @@ impl<'a> Reader<'a> {
     fn message(&mut self) -> Option<Obj<Message<'a>>> {
         // Inside the request, the list and this message.
         let depth = self.depth + 2;
-        self.eat(b'{')?;
         let mut m = Message::default();
-        if !self.empty(b'}')? {
-            loop {
-                match self.key()? {
-                    b"role" => m.role = Some(self.value(depth)?),
-                    b"content" => m.content = self.content()?,
-                    b"tool_call_id" => m.tool_call_id = Some(self.value(depth)?),
-                    b"is_error" => m.is_error = Some(self.value(depth)?),
-                    _ => {
-                        self.value(depth)?;
-                    }
-                }
-                if !self.next(b'}')? {
-                    break;
-                }
+        self.object(|r, key| {
+            match key {
+                b"role" => m.role = Some(r.value(depth)?),
+                b"content" => m.content = r.content()?,
+                b"tool_call_id" => m.tool_call_id = Some(r.value(depth)?),
+                b"is_error" => m.is_error = Some(r.value(depth)?),
+                _ => drop(r.value(depth)?),
             }
-        }
+            Some(())
+        })?;
         Some(Obj { shape: Shape::Object, fields: m })
     }
 
     fn content(&mut self) -> Option<Content<'a>> {
-        self.eat(b'[')?;
         let mut content = Content::Many(Vec::new());
-        if self.empty(b']')? {
-            return Some(content);
-        }
-        loop {
-            content.push(self.block()?);
-            if !self.next(b']')? {
-                return Some(content);
-            }
-        }
+        self.array(|r| r.block().map(|b| content.push(b)))?;
+        Some(content)
     }
 
     fn block(&mut self) -> Option<Obj<Block<'a>>> {
         // Inside the request, the list, the message, its content and this block.
         let depth = self.depth + 4;
-        self.eat(b'{')?;
         let mut b = Block::default();
-        if !self.empty(b'}')? {
-            loop {
-                let key = self.key()?;
-                let slot = match key {
-                    b"type" => &mut b.kind,
-                    b"text" => &mut b.text,
-                    b"id" => &mut b.id,
-                    b"name" => &mut b.name,
-                    b"input" => &mut b.input,
-                    b"signature" => &mut b.signature,
-                    b"data" => &mut b.data,
-                    // An image's source is read by the general reader.
-                    b"source" => return None,
-                    _ => {
-                        self.value(depth)?;
-                        if !self.next(b'}')? {
-                            break;
-                        }
-                        continue;
-                    }
-                };
-                *slot = Some(self.value(depth)?);
-                if !self.next(b'}')? {
-                    break;
-                }
-            }
-        }
+        self.object(|r, key| {
+            let slot = match key {
+                b"type" => &mut b.kind,
+                b"text" => &mut b.text,
+                b"id" => &mut b.id,
+                b"name" => &mut b.name,
+                b"input" => &mut b.input,
+                b"signature" => &mut b.signature,
+                b"data" => &mut b.data,
+                // An image's source is read by the general reader.
+                b"source" => return None,
+                _ => return r.value(depth).map(drop),
+            };
+            *slot = Some(r.value(depth)?);
+            Some(())
+        })?;
         Some(Obj { shape: Shape::Object, fields: b })
     }
 }
