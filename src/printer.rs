@@ -155,21 +155,59 @@ pub async fn start(session: &Arc<Session>, style: Style) -> mpsc::UnboundedRecei
     let trace = session.dir.join("trace.jsonl");
     let session = session.clone();
     tokio::spawn(async move {
-        while let Some(f) = frames.recv().await {
-            print_frame(&f, style, Some(&trace));
-            if let Frame::Status { id, status, .. } = &f.frame
-                && status.state == TaskState::InputRequired
-            {
-                answer_from_stdin(session.clone(), id.clone());
+        'frames: while let Some(first) = frames.recv().await {
+            // The frames that have already arrived go out with it, up to a task's final status
+            // (it is answered before anything after it is printed).
+            let mut burst = vec![first];
+            while burst.len() < BURST && !is_final(&burst[burst.len() - 1]) {
+                match frames.try_recv() {
+                    Ok(f) => burst.push(f),
+                    Err(_) => break,
+                }
             }
-            if let Frame::Status { id, status, is_final: true, .. } = &f.frame
-                && tx.send((id.clone(), status.state)).is_err()
-            {
-                break;
+            if style == Style::Json {
+                print_json_lines(&burst);
+            } else {
+                for f in &burst {
+                    print_frame(f, style, Some(&trace));
+                }
+            }
+            for f in &burst {
+                if let Frame::Status { id, status, .. } = &f.frame
+                    && status.state == TaskState::InputRequired
+                {
+                    answer_from_stdin(session.clone(), id.clone());
+                }
+                if let Frame::Status { id, status, is_final: true, .. } = &f.frame
+                    && tx.send((id.clone(), status.state)).is_err()
+                {
+                    break 'frames;
+                }
             }
         }
     });
     rx
+}
+
+/// The most frames printed in one write.
+const BURST: usize = 64;
+
+fn is_final(f: &NumberedFrame) -> bool {
+    matches!(f.frame, Frame::Status { is_final: true, .. })
+}
+
+/// `--json` lines of frames that arrived together, in one write: the bytes [`print_frame`]
+/// prints for each, in order. A turn's frames often come in a burst, and stdout writes out
+/// every line it is given at once, a system call each.
+fn print_json_lines(burst: &[NumberedFrame]) {
+    let mut text = String::new();
+    for f in burst {
+        text.push_str(&f.json_line());
+        text.push('\n');
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// Read one line from stdin in the background and give it to the waiting task.
