@@ -34,14 +34,7 @@ pub struct Flat<'a> {
 impl<'a> Flat<'a> {
     /// Read a document, checked whole. The error is serde_json's, as `Value` reports it.
     pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
-        let mut scan = Scan::new(text);
-        match Self::read(&mut scan).and_then(|flat| scan.end().map(|()| flat)) {
-            Ok(flat) => Ok(flat),
-            Err(_) => Err(match serde_json::from_str::<serde_json::Value>(text) {
-                Err(e) => e,
-                Ok(_) => serde::de::Error::custom("the scanner refused a document serde_json accepts"),
-            }),
-        }
+        crate::scan::whole(text, Self::read)
     }
 
     /// A value's text already checked (a value of another `Flat`), read as an object: its

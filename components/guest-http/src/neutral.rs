@@ -47,16 +47,8 @@ impl<'a> Input<'a> {
     /// Read the document. The error is serde_json's for the first thing in
     /// it that is not valid JSON, exactly as `Value` would report it.
     pub fn parse(data: &'a str) -> Result<Self, serde_json::Error> {
-        let mut scan = Scan::new(data);
-        match Obj::<Request<'a>>::read(&mut scan).and_then(|request| scan.end().map(|()| request)) {
-            Ok(request) => Ok(Input { request, size: data.len() }),
-            // Refused: ask serde_json where and why, as `Value` reading the
-            // whole document says.
-            Err(Refused) => Err(match serde_json::from_str::<serde_json::Value>(data) {
-                Err(e) => e,
-                Ok(_) => serde::de::Error::custom("the scanner refused a document serde_json accepts"),
-            }),
-        }
+        let request = crate::scan::whole(data, Obj::<Request<'a>>::read)?;
+        Ok(Input { request, size: data.len() })
     }
 
     /// The request, if the document is an object.
@@ -419,83 +411,9 @@ impl<'a> Fields<'a> for Source<'a> {
     }
 }
 
-/// One tool offered to the model (all fields absent when not an object).
-#[derive(Debug, Default)]
-pub struct Tool<'a> {
-    name: Option<Raw<'a>>,
-    description: Option<Raw<'a>>,
-    parameters: Option<Raw<'a>>,
-}
-
-impl<'a> Fields<'a> for Tool<'a> {
-    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
-        match &*key {
-            "name" => self.name = raw(scan)?,
-            "description" => self.description = raw(scan)?,
-            "parameters" => self.parameters = raw(scan)?,
-            _ => skip(scan)?,
-        }
-        Ok(())
-    }
-}
-
-/// A tool's `parameters` schema and the two of its keys the drivers check.
-#[derive(Debug)]
-pub struct Schema<'r> {
-    /// The object's JSON text (`{}` when `parameters` is absent or `null`).
-    pub json: &'r str,
-    /// Its `type` key's value, if it has one.
-    pub kind: Option<Raw<'r>>,
-    /// Whether it has a `properties` key.
-    pub has_properties: bool,
-}
-
-impl<'a> Tool<'a> {
-    /// `name`: a string; tool `i` of the list.
-    pub fn name(&self, i: usize) -> Result<&Raw<'a>, String> {
-        string(&self.name, At::Tool(i), "name")
-    }
-
-    /// `description` when it is a non-empty string.
-    pub fn description(&self) -> Option<&Raw<'a>> {
-        self.description.as_ref().filter(|d| d.is_nonempty_string())
-    }
-
-    /// `parameters`: an object, absent or `null` (an empty schema).
-    pub fn parameters(&self, i: usize) -> Result<Schema<'_>, String> {
-        let json = match &self.parameters {
-            None => "{}",
-            Some(p) if p.is_null() => "{}",
-            Some(p) if p.is_object() => p.json(),
-            Some(_) => return Err(format!("{}.parameters must be a JSON Schema object", At::Tool(i))),
-        };
-        // The object was checked when the input was read; reading its
-        // top-level keys again cannot fail.
-        let keys = Obj::<SchemaKeys>::read(&mut Scan::new(json)).map(|o| o.fields).unwrap_or_default();
-        Ok(Schema { json, kind: keys.kind, has_properties: keys.has_properties })
-    }
-}
-
-/// The keys of a schema the drivers look at.
-#[derive(Debug, Default)]
-struct SchemaKeys<'a> {
-    kind: Option<Raw<'a>>,
-    has_properties: bool,
-}
-
-impl<'a> Fields<'a> for SchemaKeys<'a> {
-    fn field(&mut self, key: Cow<'a, str>, scan: &mut Scan<'a>) -> Result<(), Refused> {
-        match &*key {
-            "type" => self.kind = raw(scan)?,
-            "properties" => {
-                self.has_properties = true;
-                skip(scan)?;
-            }
-            _ => skip(scan)?,
-        }
-        Ok(())
-    }
-}
+#[path = "neutral_tools.rs"]
+mod tools;
+pub use tools::{Schema, Tool};
 
 #[path = "neutral_fast.rs"]
 mod fast;

@@ -20,7 +20,7 @@
 //! every cut and one-byte change of generated histories).
 
 use super::{Block, Content, Message, Obj, Raw, Shape};
-use crate::scan::{MAX_DEPTH, Scan, plain_run};
+use crate::scan::{MAX_DEPTH, Scan, compact, plain_run};
 
 /// The list at `scan`'s position (after whitespace), or `None` with `scan` untouched.
 pub(super) fn messages<'a>(scan: &mut Scan<'a>) -> Option<Vec<Obj<Message<'a>>>> {
@@ -96,25 +96,12 @@ impl<'a> Reader<'a> {
         if self.byte()? == b'"' { self.string() } else { self.other(depth) }
     }
 
+    /// A string whose escapes are the short ones (a `\u` needs serde_json's check).
     fn string(&mut self) -> Option<Raw<'a>> {
-        let bytes = self.text.as_bytes();
         let start = self.at;
-        let mut i = start + 1;
-        loop {
-            i = plain_run(bytes, i);
-            match bytes.get(i)? {
-                b'"' => break,
-                b'\\' => match bytes.get(i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    // `\u` (its hex and surrogates need serde_json's check), or not an escape.
-                    _ => return None,
-                },
-                // A control character.
-                _ => return None,
-            }
-        }
-        self.at = i + 1;
-        Some(Raw::checked(self.text.get(start..self.at)?))
+        let end = compact::string(self.text.as_bytes(), start).ok()?;
+        self.at = end;
+        Some(Raw::checked(self.text.get(start..end)?))
     }
 
     #[cold]

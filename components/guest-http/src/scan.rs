@@ -322,7 +322,23 @@ impl<'a> Scan<'a> {
 }
 
 #[path = "scan_compact.rs"]
-mod compact;
+pub(crate) mod compact;
+
+/// Read a whole document with `read` (only whitespace may follow). A refusal becomes
+/// serde_json's error for the same text, as reading it into a `Value` reports it.
+pub(crate) fn whole<'a, T>(
+    text: &'a str,
+    read: impl FnOnce(&mut Scan<'a>) -> Result<T, Refused>,
+) -> Result<T, serde_json::Error> {
+    let mut scan = Scan::new(text);
+    match read(&mut scan).and_then(|value| scan.end().map(|()| value)) {
+        Ok(value) => Ok(value),
+        Err(Refused) => Err(match serde_json::from_str::<serde_json::Value>(text) {
+            Err(e) => e,
+            Ok(_) => serde::de::Error::custom("the scanner refused a document serde_json accepts"),
+        }),
+    }
+}
 
 /// A checked string literal's content, decoded (borrowed when it holds no
 /// escape).

@@ -88,9 +88,9 @@ fn key(bytes: &[u8], i: usize) -> Result<usize, usize> {
     if bytes.get(end) == Some(&b':') { Ok(end + 1) } else { Err(end) }
 }
 
-/// A string whose escapes are the short ones; where it ends.
+/// A string whose escapes are the short ones; where it ends (or where it stops being one).
 #[inline(always)]
-fn string(bytes: &[u8], start: usize) -> Result<usize, usize> {
+pub(crate) fn string(bytes: &[u8], start: usize) -> Result<usize, usize> {
     let mut i = start + 1;
     loop {
         i = plain_run(bytes, i);
