@@ -4,6 +4,11 @@
 //! in use in the same step) and "may secret S be forgotten?", so no interleaving of switches
 //! and forgets can leave the active choice without a key (CONTRACT §5–§7).
 //!
+//! What it decides lives in its [`CredentialsBook`], which only it changes. A gateway reads its
+//! route from the book through [`Routes`] under the same lock the actor's decisions take, so a
+//! route never sees half a decision, and a driver call does not wait on the actor's mailbox
+//! (one hand-off fewer per turn; see docs/decisions.md).
+//!
 //! Sources: `config` (a host config file's `credentials.<NAME>`, re-read on every use so
 //! rotation works, keeping the last good value), `environment` (read once at launch),
 //! `manifest` (a literal), `injected` (a `control.secrets` name; memory only), `keyless`, and
@@ -174,17 +179,9 @@ impl DriverCredential {
     }
 }
 
-/// What the credentials actor decides and answers: routes for driver calls, selecting a
-/// choice, and setting, forgetting and listing secrets.
+/// What the credentials actor decides and answers: selecting a choice, and setting,
+/// forgetting and listing secrets (routes are read through [`Routes`]).
 pub enum CredentialsMsg {
-    /// The route for a driver's next call: `Ok(None)` for a driver without a gateway, `Err`
-    /// naming the credential when it cannot produce a value (the call is refused in here).
-    Route {
-        /// Driver artifact.
-        artifact: String,
-        /// Answer.
-        reply: RpcReplyPort<Result<Option<GatewayRoute>, String>>,
-    },
     /// May the choice `index` be the one in use? If yes it is in use from this step on, and
     /// the answer is the index it replaced.
     Select {
@@ -224,10 +221,11 @@ pub struct CredentialsStatus {
     pub secrets: Vec<(String, bool)>,
 }
 
-/// The state the credentials actor owns and keeps across its restarts: the driver choice in
-/// use and the injected secrets (in memory only, never on disk). It lives in the actor's
-/// arguments, so a restarted actor starts from it instead of from the manifest. Only the
-/// actor changes it; the loop reads the choice in use per call through [`ChoiceInUse`].
+/// The state the credentials actor owns and keeps across its restarts: every driver's
+/// credential, the driver choice in use and the injected secrets (in memory only, never on
+/// disk). It lives in the actor's arguments, so a restarted actor starts from it instead of
+/// from the manifest. Only the actor decides (switches, secrets); the loop reads the choice in
+/// use per call through [`ChoiceInUse`], and each gateway its route through [`Routes`].
 #[derive(Clone, Default)]
 pub struct CredentialsBook(Arc<Mutex<Held>>);
 
@@ -235,9 +233,15 @@ pub struct CredentialsBook(Arc<Mutex<Held>>);
 struct Held {
     active: usize,
     values: HashMap<String, SecretKey>,
+    drivers: HashMap<String, DriverCredential>,
 }
 
 impl CredentialsBook {
+    /// A book holding the drivers' credentials resolved at launch, choice 0 in use.
+    pub fn new(drivers: HashMap<String, DriverCredential>) -> CredentialsBook {
+        CredentialsBook(Arc::new(Mutex::new(Held { drivers, ..Held::default() })))
+    }
+
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -245,6 +249,35 @@ impl CredentialsBook {
     /// The read-only view of the choice in use, for the loop.
     pub fn choice_in_use(&self) -> ChoiceInUse {
         ChoiceInUse(self.clone())
+    }
+
+    /// The read view of the routes, for the gateways.
+    pub fn routes(&self) -> Routes {
+        Routes(self.clone())
+    }
+}
+
+/// The gateways' view of the book: the route for a driver's next call.
+#[derive(Clone, Default)]
+pub struct Routes(CredentialsBook);
+
+impl Routes {
+    /// The route for `artifact`'s next call: `Ok(None)` for a driver without a gateway, `Err`
+    /// naming the credential when it cannot produce a value (the call is refused). A `config`
+    /// credential is re-read here, keeping the last good value.
+    pub fn route(&self, artifact: &str) -> Result<Option<GatewayRoute>, String> {
+        let mut held = self.0.held();
+        let Held { values, drivers, .. } = &mut *held;
+        match drivers.get_mut(artifact) {
+            None => Ok(None),
+            Some(c) => c.route(values).map(Some),
+        }
+    }
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Routes")
     }
 }
 
@@ -269,13 +302,12 @@ impl std::fmt::Debug for ChoiceInUse {
 /// What the actor is started (and restarted) with.
 #[derive(Clone)]
 pub struct CredentialsArgs {
-    /// Credentials by driver artifact.
-    pub drivers: HashMap<String, DriverCredential>,
     /// The driver artifact of each choice, in choice order.
     pub choices: Vec<String>,
     /// Declared secret names.
     pub secrets: Vec<String>,
-    /// The choice in use and the injected secrets, kept across restarts.
+    /// The drivers' credentials, the choice in use and the injected secrets, kept across
+    /// restarts.
     pub book: CredentialsBook,
 }
 
@@ -287,10 +319,11 @@ pub struct CredentialsState {
 impl CredentialsState {
     fn available(&mut self, index: usize) -> Result<(), String> {
         let Some(artifact) = self.args.choices.get(index) else { return Err("no such choice".into()) };
-        let held = self.args.book.held();
-        match self.args.drivers.get_mut(artifact) {
+        let mut held = self.args.book.held();
+        let Held { values, drivers, .. } = &mut *held;
+        match drivers.get_mut(artifact) {
             None => Ok(()),
-            Some(c) => c.current(&held.values).map(|_| ()),
+            Some(c) => c.current(values).map(|_| ()),
         }
     }
 }
@@ -318,14 +351,6 @@ impl Actor for Credentials {
         state: &mut CredentialsState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            CredentialsMsg::Route { artifact, reply } => {
-                let held = state.args.book.held();
-                let r = match state.args.drivers.get_mut(&artifact) {
-                    None => Ok(None),
-                    Some(c) => c.route(&held.values).map(Some),
-                };
-                let _ = reply.send(r);
-            }
             CredentialsMsg::Select { index, reply } => {
                 let r = match state.available(index) {
                     Ok(()) => Ok(std::mem::replace(&mut state.args.book.held().active, index)),
@@ -340,8 +365,7 @@ impl Actor for Credentials {
             CredentialsMsg::Forget { name, reply } => {
                 let mut held = state.args.book.held();
                 let active_artifact = state.args.choices.get(held.active).cloned().unwrap_or_default();
-                let in_use = state
-                    .args
+                let in_use = held
                     .drivers
                     .get(&active_artifact)
                     .is_some_and(|c| matches!(&c.key, Key::Injected(n) if *n == name));

@@ -1,5 +1,5 @@
-//! The gateway actor: one per driver artifact. It runs that driver's calls: asks the
-//! credentials actor for the route, builds the store's grants with the credential in the
+//! The gateway actor: one per driver artifact. It runs that driver's calls: reads the route
+//! from the credentials book (what the credentials actor decided), builds the store's grants with the credential in the
 //! egress hook only, calls the component, makes the coalescer flush, and answers.
 //!
 //! Guarantees: one call at a time per driver (mailbox order); every failure is an
@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coalescer::CoalescerMsg;
-use crate::credentials::CredentialsMsg;
 use crate::emitter::EmitterMsg;
 use crate::error::InferenceError;
 use crate::names::role;
@@ -86,6 +85,8 @@ pub struct GatewayArgs {
     pub artifact: LoadedArtifact,
     /// Grants without the gateway route (added per call).
     pub grants: Grants,
+    /// The credentials book's routes, read per call.
+    pub routes: crate::credentials::Routes,
 }
 
 /// One driver's gateway: runs its calls, with the credential only in the call's egress hook.
@@ -136,9 +137,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferR
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
     let sid = &state.session_id;
-    let ask = |reply| CredentialsMsg::Route { artifact: artifact.clone(), reply };
-    let route = Peer::of(sid, role::CREDENTIALS).ask(ask, wait::CONTROL).await.unwrap_or_else(|e| Err(e.to_string()));
-    let route = match route {
+    let route = match state.routes.route(&artifact) {
         Ok(r) => r,
         Err(why) => {
             return InferReply {

@@ -1,8 +1,8 @@
 //! The journal actor: owns the session's `trace.jsonl` and `conversation.jsonl`.
 //!
-//! Each line is written whole with one `write` call (no user-space buffer), in the order
-//! messages arrive, so a line is with the OS as soon as its write returns and survives the
-//! process being killed. `Append` answers after its lines are written, so the loop acts on a
+//! Each line is written whole with one `write` call (no user-space buffer; a step's lines of
+//! one file share one call), in the order messages arrive, so a line is with the OS as soon as
+//! its write returns and survives the process being killed. `Append` answers after its lines are written, so the loop acts on a
 //! step (runs a tool, calls a provider) only after the step is journaled; `Flush` answers
 //! after `sync_data`, for the end of a task. A failed write is logged and counted, never
 //! dropped silently.
@@ -223,7 +223,7 @@ impl JournalState {
 /// the trace: the first failed write, if any (the conversation's first).
 ///
 /// After the marker, the two records are written at once, each record's lines of the step in
-/// one append (one JetStream entry, a batch when there are several; each line of a file), and
+/// one append (one JetStream entry, a batch when there are several; one `write` of a file), and
 /// a conversation line does not wait for a trace line's acknowledgement: a step costs one round
 /// trip to JetStream, however many lines it has. The conversation's entry is sent first, so on
 /// one connection it reaches the stream first. A file journal's writes are immediate and keep

@@ -123,6 +123,22 @@ impl SealedFile {
         Ok(())
     }
 
+    /// Write several serialized JSON objects as the next lines, with one `write` call (a step's
+    /// lines of one record). When it fails, none counts as written and the numbering goes on
+    /// from the last line before them, as after a failed [`SealedFile::append`].
+    pub fn append_many(&mut self, objects: Vec<Vec<u8>>) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut lines = Vec::with_capacity(objects.iter().map(|o| o.len() + 40).sum());
+        let mut n = self.next;
+        for object in objects {
+            lines.extend_from_slice(&capsule_protocol::journal_line::seal_line(object, n));
+            n += 1;
+        }
+        self.file.write_all(&lines)?;
+        self.next = n;
+        Ok(())
+    }
+
     /// Make the lines written so far durable.
     pub fn sync_data(&self) -> std::io::Result<()> {
         self.file.sync_data()
@@ -138,5 +154,27 @@ mod tests {
         assert_eq!(max_id(br#"{"id":3,"event":"text"}{"id":17,"ev"#), 17);
         assert_eq!(max_id(br#"{"id":"tsk_1"} {"id":2}"#), 2);
         assert_eq!(max_id(b"nothing here"), 0);
+    }
+
+    #[test]
+    fn a_steps_lines_written_in_one_call_verify_and_number_on_from_the_lines_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("trace.jsonl");
+        let mut f = SealedFile::open(&path).expect("open");
+        f.append(br#"{"a":1}"#.to_vec()).expect("one line");
+        f.append_many(vec![br#"{"b":2}"#.to_vec(), br#"{"c":3}"#.to_vec()]).expect("two lines");
+        drop(f);
+        let mut f = SealedFile::open(&path).expect("reopen");
+        f.append_many(vec![br#"{"d":4}"#.to_vec()]).expect("after a reopen");
+        let bytes = std::fs::read(&path).expect("read");
+        let s = scan(&bytes);
+        assert!(!s.damaged() && s.torn_bytes == 0, "every line verifies: {s:?}");
+        let numbers: Vec<String> = s.records.iter().map(|r| String::from_utf8_lossy(r).into_owned()).collect();
+        assert_eq!(numbers.len(), 4, "{numbers:?}");
+        for (i, (line, key)) in numbers.iter().zip(["a", "b", "c", "d"]).enumerate() {
+            assert!(line.starts_with(&format!("{{\"{key}\":")), "line {} holds `{key}`: {line}", i + 1);
+            assert!(line.contains(&format!("\"_n\":{}", i + 1)), "line {} is numbered {}: {line}", i + 1, i + 1);
+        }
+        assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 4, "one line per object");
     }
 }

@@ -29,8 +29,8 @@ pub trait JournalLog: Send {
     /// Append one serialized JSON object.
     fn append(&mut self, object: Vec<u8>) -> BoxFuture<'_, Result<(), LogError>>;
     /// Append several objects of one step: the first failure, and how many objects were not
-    /// written. A file writes each line (every one is tried); a JetStream subject stores them
-    /// in one entry, in one round trip (all of them or none).
+    /// written. A file writes them with one `write` call; a JetStream subject stores them in
+    /// one entry, in one round trip (all of them or none, either way).
     fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
         Box::pin(async move {
             let (mut first, mut failed) = (Ok(()), 0);
@@ -54,6 +54,18 @@ pub trait JournalLog: Send {
 impl JournalLog for SealedFile {
     fn append(&mut self, object: Vec<u8>) -> BoxFuture<'_, Result<(), LogError>> {
         let r = SealedFile::append(self, object).map_err(LogError::from);
+        Box::pin(std::future::ready(r))
+    }
+
+    fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
+        let n = objects.len() as u64;
+        let r = match objects.len() {
+            0 => (Ok(()), 0),
+            _ => match self.append_many(objects) {
+                Ok(()) => (Ok(()), 0),
+                Err(e) => (Err(LogError::from(e)), n),
+            },
+        };
         Box::pin(std::future::ready(r))
     }
 

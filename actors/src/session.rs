@@ -169,7 +169,7 @@ impl Session {
             .map(|a| a.grants.limits.deadline_seconds)
             .unwrap_or(600);
         let first_frame_id = resume.as_ref().map_or(1, |r| r.next_frame_id.max(1));
-        let credentials_book = crate::credentials::CredentialsBook::default();
+        let credentials_book = crate::credentials::CredentialsBook::new(prepared.credentials.clone());
         let telemetry = match &m.observability.otel_endpoint {
             None => None,
             Some(e) => Some(crate::otel::Telemetry::start(e, &m.name, &m.version, &session_id).await.map_err(|e| {
@@ -234,10 +234,9 @@ impl Session {
             })),
             ChildSpec::Coalescer,
             ChildSpec::Credentials(Box::new(crate::credentials::CredentialsArgs {
-                drivers: prepared.credentials.clone(),
                 choices: choices.iter().map(|c| c.driver.clone()).collect(),
                 secrets: m.control.secrets.clone(),
-                book: credentials_book,
+                book: credentials_book.clone(),
             })),
             ChildSpec::Spend(Box::new(crate::spend::SpendArgs {
                 journal: Some(dir.join("spend.jsonl")),
@@ -252,6 +251,7 @@ impl Session {
                     host: opts.host.clone(),
                     artifact: a.loaded.clone(),
                     grants: a.grants.clone(),
+                    routes: credentials_book.routes(),
                 }))),
                 ArtifactRuntime::Tool => {
                     tools.insert(

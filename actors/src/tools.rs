@@ -2,8 +2,9 @@
 //! with only the tool's grants. A tool failure (failed status, trap, deadline, memory limit) is
 //! an error result for the model, never a crash of the session.
 
+use capsule_protocol::Code;
 use capsule_runtime::{Grants, GuestEvents, Host, LoadedArtifact, ToolInput, ToolStatus};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,11 +19,49 @@ pub enum ToolsMsg {
         input: String,
         /// Where the tool's `request-input` goes (the task it runs for).
         events: Arc<dyn GuestEvents>,
-        /// Answer.
-        reply: RpcReplyPort<ToolRunReply>,
+        /// Where the answer goes (straight to the task's loop, no task in between).
+        answer: ToolAnswer,
     },
     /// Test hook: panic inside the handler, as a host bug would.
     InjectPanic,
+}
+
+/// Where a tool call's answer goes. It is sent once; dropped unsent (the tools actor crashed
+/// during the call, or stopped or was not running with the call still queued) it sends
+/// [`crashed`] instead, so whoever asked always hears back exactly once.
+pub struct ToolAnswer(Option<Box<dyn FnOnce(ToolRunReply) + Send>>);
+
+impl ToolAnswer {
+    /// An answer that calls `send` with the reply.
+    pub fn new(send: impl FnOnce(ToolRunReply) + Send + 'static) -> ToolAnswer {
+        ToolAnswer(Some(Box::new(send)))
+    }
+
+    /// Send the reply.
+    pub fn send(mut self, reply: ToolRunReply) {
+        if let Some(send) = self.0.take() {
+            send(reply);
+        }
+    }
+}
+
+impl Drop for ToolAnswer {
+    fn drop(&mut self) {
+        if let Some(send) = self.0.take() {
+            send(crashed());
+        }
+    }
+}
+
+/// The answer of a call the tools actor never finished: it crashed (and is being restarted).
+pub fn crashed() -> ToolRunReply {
+    ToolRunReply {
+        content: format!("{}: the tools actor crashed during the call and is being restarted", Code::ActorCrashed),
+        is_error: true,
+        duration_ms: 0,
+        truncated: false,
+        code: Some(Code::ActorCrashed.as_str()),
+    }
 }
 
 /// One finished tool call.
@@ -77,9 +116,9 @@ impl Actor for Tools {
         state: &mut ToolsArgs,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolsMsg::Run { name, input, events, reply } => {
+            ToolsMsg::Run { name, input, events, answer } => {
                 let r = run(state, &name, input, events).await;
-                let _ = reply.send(r);
+                answer.send(r);
             }
             ToolsMsg::InjectPanic => panic!("tools: injected panic (test hook)"),
         }
@@ -120,5 +159,52 @@ async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn Guest
             truncated: false,
             code: Some(e.code().as_str()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// An answer that records what it is sent.
+    fn recorded() -> (ToolAnswer, Arc<Mutex<Vec<ToolRunReply>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        (ToolAnswer::new(move |r| sink.lock().expect("lock").push(r)), got)
+    }
+
+    fn ok(content: &str) -> ToolRunReply {
+        ToolRunReply { content: content.into(), is_error: false, duration_ms: 1, truncated: false, code: None }
+    }
+
+    #[test]
+    fn an_answer_is_sent_once_and_one_dropped_unsent_says_the_tools_actor_crashed() {
+        let (answer, got) = recorded();
+        answer.send(ok("listed"));
+        assert_eq!(*got.lock().expect("lock"), vec![ok("listed")], "sent once, not again when it goes");
+        let (answer, got) = recorded();
+        drop(answer);
+        let got = got.lock().expect("lock");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0], crashed());
+        assert!(got[0].is_error && got[0].code == Some(Code::ActorCrashed.as_str()), "{:?}", got[0]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_queued_behind_a_crash_or_sent_to_no_actor_is_answered_as_crashed() {
+        let host = Host::new(capsule_runtime::HostOptions { cache_dir: None }).expect("host");
+        let (tools, handle) =
+            Actor::spawn(None, Tools, ToolsArgs { host, tools: HashMap::new() }).await.expect("spawn");
+        let (answer, got) = recorded();
+        let events: Arc<dyn GuestEvents> = Arc::new(capsule_runtime::NoEvents);
+        // Both are queued before the actor handles either: the crash comes first and the call
+        // is never run.
+        tools.cast(ToolsMsg::InjectPanic).expect("queued");
+        let queued = tools.cast(ToolsMsg::Run { name: "files".into(), input: "{}".into(), events, answer });
+        handle.await.expect("the actor stopped");
+        // Queued or refused, the message is gone by now and its answer was sent.
+        drop(queued);
+        assert_eq!(*got.lock().expect("lock"), vec![crashed()]);
     }
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::{LoopMsg, LoopState};
 use crate::coalescer::CoalescerMsg;
 use crate::names::role;
-use crate::tools::{ToolRunReply, ToolsMsg};
+use crate::tools::{ToolAnswer, ToolRunReply, ToolsMsg};
 
 impl LoopState {
     pub(crate) async fn run_pending(&mut self, myself: &ActorRef<LoopMsg>) {
@@ -79,32 +79,19 @@ impl LoopState {
                 return self.fail_unjournaled(e).await;
             }
         }
-        let tools = self.peer(role::TOOLS);
         let events: Arc<dyn capsule_runtime::GuestEvents> =
             Arc::new(super::ask::InputAsker::new(myself.clone(), attempt));
-        let myself = myself.clone();
-        tokio::spawn(async move {
-            let input = input.to_string();
-            let crashed = || ToolRunReply {
-                content: format!(
-                    "{}: the tools actor crashed during the call and is being restarted",
-                    Code::ActorCrashed
-                ),
-                is_error: true,
-                duration_ms: 0,
-                truncated: false,
-                code: Some(Code::ActorCrashed.as_str()),
-            };
-            // No timeout here: the tool's own deadline (`deadline_seconds`) bounds the call.
-            let reply = match tools.find::<ToolsMsg>() {
-                Err(_) => crashed(),
-                Ok(t) => match t.call(|reply| ToolsMsg::Run { name, input, events, reply }, None).await {
-                    Ok(ractor::rpc::CallResult::Success(r)) => r,
-                    _ => crashed(),
-                },
-            };
-            let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
+        // The tools actor answers the loop directly. No timeout here: the tool's own deadline
+        // (`deadline_seconds`) bounds the call. A tools actor that is down, or crashes with the
+        // call, drops the answer, which then tells the loop it crashed.
+        let loop_ref = myself.clone();
+        let answer = ToolAnswer::new(move |reply| {
+            let _ = loop_ref.cast(LoopMsg::ToolDone { attempt, reply });
         });
+        let run = ToolsMsg::Run { name, input: input.to_string(), events, answer };
+        if let Err(e) = self.peer(role::TOOLS).tell(run) {
+            tracing::warn!(session = self.sid(), error = %e, "a tool call could not be handed to the tools actor");
+        }
     }
 
     pub(crate) async fn on_tool_done(&mut self, myself: &ActorRef<LoopMsg>, reply: ToolRunReply) {
