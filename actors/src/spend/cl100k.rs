@@ -72,29 +72,120 @@ pub fn warm_up() {
     LazyLock::force(&SPLITTER);
 }
 
-/// The pieces of `text` by cl100k's split pattern.
+/// The end of the piece that starts at `at` (a character boundary), by the regex.
+fn regex_piece_end(text: &str, at: usize) -> usize {
+    // The pattern covers every character; should a piece ever not match, the rest of the
+    // text is one piece, counted at most one token per byte (never undercounted).
+    let mut end = text.len();
+    if let Some(m) = SPLITTER.find(Input::new(&text[at..]).anchored(Anchored::Yes)) {
+        end = at + m.end();
+        if SPLIT[m.pattern().as_usize()].1 {
+            end -= text[at..end].chars().next_back().map_or(0, char::len_utf8);
+        }
+    }
+    if end <= at { text.len() } else { end }
+}
+
+/// The pieces of `text` by cl100k's split pattern: each one found by hand where it and the
+/// bytes that decide it are ASCII (see [`ascii_piece`]), else by the regex.
 fn pieces(text: &str) -> impl Iterator<Item = &str> {
+    let t = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= t.len() {
+            return None;
+        }
+        let start = at;
+        at = match t[start].is_ascii().then(|| ascii_piece(t, start)) {
+            // Where every byte it looked at is ASCII, the classes agree with the regex's and
+            // so does the piece.
+            Some((end, seen)) if t[start..seen.min(t.len())].is_ascii() => end,
+            _ => regex_piece_end(text, start),
+        };
+        // Both end at a character boundary: after an ASCII byte, or where the regex ended.
+        text.get(start..at)
+    })
+}
+
+/// The pieces by the regex alone (what [`pieces`] is checked against).
+#[cfg(test)]
+fn regex_pieces(text: &str) -> impl Iterator<Item = &str> {
     let mut at = 0;
     std::iter::from_fn(move || {
         if at >= text.len() {
             return None;
         }
         let start = at;
-        // The pattern covers every character; should a piece ever not match, the rest of the
-        // text is one piece, counted at most one token per byte (never undercounted).
-        let mut end = text.len();
-        if let Some(m) = SPLITTER.find(Input::new(&text[at..]).anchored(Anchored::Yes)) {
-            end = at + m.end();
-            if SPLIT[m.pattern().as_usize()].1 {
-                end -= text[start..end].chars().next_back().map_or(0, char::len_utf8);
-            }
-        }
-        if end <= start {
-            end = text.len();
-        }
-        at = end;
-        Some(&text[start..end])
+        at = regex_piece_end(text, start);
+        Some(&text[start..at])
     })
+}
+
+/// Whitespace as the split pattern's `\s` has it, on ASCII (Unicode `White_Space`).
+fn space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
+}
+
+/// Neither whitespace, a letter nor a digit: the pattern's `[^\s\p{L}\p{N}]` on ASCII.
+fn other(b: u8) -> bool {
+    !space(b) && !b.is_ascii_alphanumeric()
+}
+
+/// The end of the run of bytes from `i` on that `class` accepts.
+fn run(t: &[u8], mut i: usize, class: impl Fn(u8) -> bool) -> usize {
+    while i < t.len() && class(t[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// The piece that starts at `i`, read as ASCII: the split pattern's alternatives tried in
+/// order, as the regex tries them, with its classes on ASCII (`\p{L}` the letters, `\p{N}` the
+/// digits, `\s` [`space`]). Returns where the piece ends and where the bytes it looked at end
+/// (the two after `i`, and the one that ended each run it read): [`pieces`] takes the piece
+/// only where those are all ASCII. The tests check it against the regex on random text.
+fn ascii_piece(t: &[u8], i: usize) -> (usize, usize) {
+    let (c, next) = (t[i], t.get(i + 1).copied());
+    // The byte that ended a run is looked at, and the two after `i` may be.
+    let seen = |stop: usize| (stop + 1).max(i + 3);
+    // `(?i:'s|'t|'re|'ve|'m|'ll|'d)`
+    if c == b'\'' {
+        let lower = |k: usize| t.get(i + k).map(u8::to_ascii_lowercase);
+        match (lower(1), lower(2)) {
+            (Some(b's' | b't' | b'm' | b'd'), _) => return (i + 2, seen(i + 2)),
+            (Some(b'r'), Some(b'e')) | (Some(b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => {
+                return (i + 3, seen(i + 2));
+            }
+            _ => {}
+        }
+    }
+    // `[^\r\n\p{L}\p{N}]?\p{L}+`
+    if c.is_ascii_alphabetic() {
+        let end = run(t, i, |b| b.is_ascii_alphabetic());
+        return (end, seen(end));
+    }
+    if c != b'\r' && c != b'\n' && !c.is_ascii_digit() && next.is_some_and(|b| b.is_ascii_alphabetic()) {
+        let end = run(t, i + 1, |b| b.is_ascii_alphabetic());
+        return (end, seen(end));
+    }
+    // `\p{N}{1,3}`
+    if c.is_ascii_digit() {
+        let end = run(t, i, |b| b.is_ascii_digit());
+        return (end.min(i + 3), seen(end));
+    }
+    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+    let punct = if other(c) { Some(i) } else { (c == b' ' && next.is_some_and(other)).then_some(i + 1) };
+    if let Some(from) = punct {
+        let end = run(t, run(t, from, other), |b| b == b'\r' || b == b'\n');
+        return (end, seen(end));
+    }
+    // What is left starts with whitespace. `\s*[\r\n]+`: up to the run's last line break.
+    let end = run(t, i, space);
+    if let Some(last) = t[i..end].iter().rposition(|&b| b == b'\r' || b == b'\n') {
+        return (i + last + 1, seen(end));
+    }
+    // `\s+(?!\S)`, then `\s+`: the run, less its last byte when a non-space follows it.
+    (if end < t.len() && end - i >= 2 { end - 1 } else { end }, seen(end))
 }
 
 /// Scratch space of the merge, reused between pieces.
@@ -245,6 +336,40 @@ mod tests {
                 })
                 .collect();
             assert_eq!(count(&text), reference(&text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn text_splits_as_the_regex_splits_it_by_hand_or_not() {
+        // Every class the pattern tells apart in ASCII, the contractions in both cases, the
+        // ASCII that is not `\s` (0x1c-0x1f) beside what is; and non-ASCII letters, digits,
+        // spaces (NBSP, EM SPACE, NEL), marks and symbols next to them, where the hand-found
+        // piece must give way to the regex.
+        let ascii: Vec<char> =
+            "aZqsStTrReEvVmMlLdD0179 \t\n\r\x0b\x0c\x1c\x1f\x00\x7f'!.,;{}[]\"\\/_-".chars().collect();
+        let mixed: Vec<char> = "aZsSrRe0 \n\r\t'!.é日ß٣\u{a0}\u{2003}\u{85}\u{301}€🦀".chars().collect();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..40_000 {
+            let alphabet = if round % 2 == 0 { &ascii } else { &mixed };
+            let len = 1 + round % 40;
+            let text: String = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    alphabet[(x % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            assert_eq!(pieces(&text).collect::<Vec<_>>(), regex_pieces(&text).collect::<Vec<_>>(), "{text:?}");
+        }
+        for s in [
+            "'s'S'sam 'RE'rE 've'll'LL'd 'x' ''s",
+            " \t\n \r\n  x  \n\n\t y \x0b",
+            "a1234b 12 - -- !!\r\n\r\n ?",
+            "ab\u{e9}cd 1\u{663}2 '\u{e9}s  \u{a0}x",
+        ] {
+            assert_eq!(pieces(s).collect::<Vec<_>>(), regex_pieces(s).collect::<Vec<_>>(), "{s:?}");
+            assert_eq!(count(s), reference(s), "{s:?}");
         }
     }
 
