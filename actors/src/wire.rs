@@ -7,7 +7,9 @@
 //!
 //! What it guarantees: [`RequestFields`] serializes in [`DriverRequest`]'s field order with the
 //! same skip rules, so `with_messages` with each message's own JSON is byte for byte
-//! `serde_json::to_string` of the whole request (tested in `agent_loop::context`).
+//! `serde_json::to_string` of the whole request; so is an [`Envelope`]'s, which keeps the
+//! fields serialized across turns while they do not change (both tested in
+//! `agent_loop::context`).
 //!
 //! What it does not do: check the messages' JSON (it is produced by serializing `Message`s).
 
@@ -65,5 +67,81 @@ impl<'a, M: Serialize> RequestFields<'a, M> {
             continuation_id: request.continuation_id.as_deref(),
             prompt_cache_key: &request.prompt_cache_key,
         }
+    }
+}
+
+/// What a request's fields without its messages depend on besides the loop's fixed system
+/// prompt, tools and params: an [`Envelope`] built for one key serves every turn with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EnvelopeKey<'a> {
+    pub model: &'a str,
+    pub max_tokens: u32,
+    pub continuation_id: Option<&'a str>,
+    pub prompt_cache_key: &'a str,
+}
+
+/// A request serialized with `"messages":[]`, kept while its fields stay the same. The text
+/// is what the spend meter counts for the fields; a turn's request is that text with the
+/// messages spliced in between the brackets, so the system prompt and the tool schemas are
+/// escaped once per key, not once per turn.
+#[derive(Debug)]
+pub(crate) struct Envelope {
+    model: String,
+    max_tokens: u32,
+    continuation_id: Option<String>,
+    prompt_cache_key: String,
+    /// `serde_json` of the request's fields with `"messages":[]`.
+    text: String,
+    /// Where the `[]` of `messages` is in `text`.
+    at: usize,
+}
+
+impl Envelope {
+    /// Serialize `request`'s fields (its messages are not looked at).
+    pub(crate) fn of(request: &DriverRequest) -> Result<Envelope, serde_json::Error> {
+        let text = serde_json::to_string(&RequestFields::of(request, [(); 0]))?;
+        // The fields before `messages` are a string, a number and a string: the first
+        // unescaped `"messages":[]` is the key itself.
+        let at = text.find("\"messages\":[]").map(|i| i + "\"messages\":".len()).ok_or_else(|| {
+            <serde_json::Error as serde::ser::Error>::custom("a request's fields have no `messages` key")
+        })?;
+        Ok(Envelope {
+            model: request.model.clone(),
+            max_tokens: request.max_tokens,
+            continuation_id: request.continuation_id.clone(),
+            prompt_cache_key: request.prompt_cache_key.clone(),
+            text,
+            at,
+        })
+    }
+
+    /// Whether it was built for `key`.
+    pub(crate) fn is_for(&self, key: &EnvelopeKey<'_>) -> bool {
+        self.model == key.model
+            && self.max_tokens == key.max_tokens
+            && self.continuation_id.as_deref() == key.continuation_id
+            && self.prompt_cache_key == key.prompt_cache_key
+    }
+
+    /// The fields with `"messages":[]`, as the spend meter counts them.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The request with `messages`: byte for byte [`WireRequest::with_messages`] of the
+    /// request it was built from.
+    pub(crate) fn with_messages(&self, messages: &[&RawValue]) -> WireRequest {
+        let size: usize = messages.iter().map(|m| m.get().len() + 1).sum();
+        let mut json = String::with_capacity(self.text.len() + size);
+        json.push_str(&self.text[..self.at]);
+        json.push('[');
+        for (i, m) in messages.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(m.get());
+        }
+        json.push_str(&self.text[self.at + 1..]);
+        WireRequest { model: self.model.clone(), json }
     }
 }

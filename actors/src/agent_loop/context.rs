@@ -18,7 +18,7 @@ use capsule_protocol::neutral::{Block, DriverRequest, Message, ProducedBy};
 use serde_json::value::RawValue;
 
 use crate::spend::tokens::TokenCounter;
-use crate::wire::WireRequest;
+use crate::wire::{Envelope, EnvelopeKey, WireRequest};
 
 /// The conversation with its serialized form and token counts (see the module docs).
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub(crate) struct Context {
     messages: Vec<Message>,
     json: Vec<Box<RawValue>>,
     counter: TokenCounter,
+    /// The request's fields for the current key ([`Context::fields`]).
+    envelope: Option<Envelope>,
 }
 
 impl Default for Context {
@@ -44,8 +46,12 @@ impl std::ops::Deref for Context {
 impl Context {
     /// A context holding `messages` (restored, or a compaction's replacement).
     pub(crate) fn new(messages: Vec<Message>) -> Self {
-        let mut context =
-            Context { messages: Vec::with_capacity(messages.len()), json: Vec::new(), counter: TokenCounter::new() };
+        let mut context = Context {
+            messages: Vec::with_capacity(messages.len()),
+            json: Vec::new(),
+            counter: TokenCounter::new(),
+            envelope: None,
+        };
         for m in messages {
             context.push(m);
         }
@@ -84,20 +90,37 @@ impl Context {
         self.counter.messages_since(from)
     }
 
-    /// The spend estimate of `request` (its `messages` left empty) sending the messages from
-    /// `from` on.
-    pub(crate) fn estimate(&mut self, request: &DriverRequest, from: usize) -> u64 {
-        self.counter.estimate_envelope(request, self.messages.len().saturating_sub(from))
+    /// Make the next request's fields those of `key`: serialized by [`Envelope::of`] from what
+    /// `fields` builds (its messages are not looked at) only when the last ones were for
+    /// another key. The loop's system prompt, tools and params do not change in its life.
+    pub(crate) fn fields(
+        &mut self,
+        key: &EnvelopeKey<'_>,
+        fields: impl FnOnce() -> DriverRequest,
+    ) -> Result<(), serde_json::Error> {
+        if !self.envelope.as_ref().is_some_and(|e| e.is_for(key)) {
+            self.envelope = None;
+            self.envelope = Some(Envelope::of(&fields())?);
+        }
+        Ok(())
     }
 
-    /// The request a driver receives: `request`'s fields (its `messages` left empty) and the
+    /// The spend estimate of the request with the current fields sending the messages from
+    /// `from` on (the fields alone count nothing before [`Context::fields`]).
+    pub(crate) fn estimate(&mut self, from: usize) -> u64 {
+        let sent = self.messages.len().saturating_sub(from);
+        match &self.envelope {
+            Some(e) => self.counter.estimate_serialized(e.text(), sent),
+            None => self.counter.estimate_serialized("", sent),
+        }
+    }
+
+    /// The request a driver receives: the current fields ([`Context::fields`]) and the
     /// messages from `from` on as `to` may see them, from their cached JSON.
-    pub(crate) fn wire_request(
-        &self,
-        request: &DriverRequest,
-        from: usize,
-        to: &ProducedBy,
-    ) -> Result<WireRequest, serde_json::Error> {
+    pub(crate) fn wire_request(&self, from: usize, to: &ProducedBy) -> Result<WireRequest, serde_json::Error> {
+        let Some(envelope) = &self.envelope else {
+            return Err(<serde_json::Error as serde::ser::Error>::custom("no request fields were set"));
+        };
         let from = from.min(self.messages.len());
         let mut filtered: Vec<(usize, Box<RawValue>)> = Vec::new();
         for (i, m) in self.messages.iter().enumerate().skip(from) {
@@ -115,7 +138,7 @@ impl Context {
                 _ => &*self.json[i],
             })
             .collect();
-        WireRequest::with_messages(request, &parts)
+        Ok(envelope.with_messages(&parts))
     }
 }
 
@@ -180,21 +203,74 @@ mod tests {
         serde_json::to_string(&r).expect("a request serializes")
     }
 
+    fn key(r: &DriverRequest) -> EnvelopeKey<'_> {
+        EnvelopeKey {
+            model: &r.model,
+            max_tokens: r.max_tokens,
+            continuation_id: r.continuation_id.as_deref(),
+            prompt_cache_key: &r.prompt_cache_key,
+        }
+    }
+
     #[test]
     fn a_request_from_cached_json_is_the_serialized_request() {
-        let context = Context::new(history());
+        let mut context = Context::new(history());
+        context.fields(&key(&envelope()), envelope).expect("fields");
         for to in [producer("a"), producer("b")] {
             for from in 0..=history().len() {
-                let wire = context.wire_request(&envelope(), from, &to).expect("built");
+                let wire = context.wire_request(from, &to).expect("built");
                 assert_eq!(wire.json, serialized(from, &to), "from {from}, to {}", to.driver);
                 assert_eq!(wire.model, "claude-x");
             }
         }
         // Another producer's thinking blocks are left out; the producer's own are kept.
-        let other = context.wire_request(&envelope(), 0, &producer("b")).expect("built");
+        let other = context.wire_request(0, &producer("b")).expect("built");
         assert!(!other.json.contains("thinking") && other.json.contains("calling"));
-        assert!(
-            context.wire_request(&envelope(), 0, &producer("a")).expect("built").json.contains("redacted_thinking")
+        assert!(context.wire_request(0, &producer("a")).expect("built").json.contains("redacted_thinking"));
+    }
+
+    #[test]
+    fn the_fields_are_built_again_exactly_when_their_key_changes() {
+        let mut context = Context::new(history());
+        let mut builds = 0;
+        for _ in 0..3 {
+            context
+                .fields(&key(&envelope()), || {
+                    builds += 1;
+                    envelope()
+                })
+                .expect("fields");
+        }
+        assert_eq!(builds, 1, "the same key reuses the serialized fields");
+        // Each part of the key: another model, cap, continuation id or cache key is sent.
+        let changes: [fn(&mut DriverRequest); 4] = [
+            |r| r.model = "claude-y".into(),
+            |r| r.max_tokens = 65,
+            |r| r.continuation_id = None,
+            |r| r.prompt_cache_key = "cap:1:other".into(),
+        ];
+        for change in changes {
+            // From the first fields each time, so each part alone is what changed.
+            context.fields(&key(&envelope()), envelope).expect("fields");
+            let mut changed = envelope();
+            change(&mut changed);
+            context.fields(&key(&changed), || changed.clone()).expect("fields");
+            let mut whole = changed.clone();
+            whole.messages = history()[1..].iter().map(|m| super::super::call::wire_view(m, &producer("a"))).collect();
+            let wire = context.wire_request(1, &producer("a")).expect("built");
+            assert_eq!(wire.json, serde_json::to_string(&whole).expect("serializes"));
+            assert_eq!(wire.model, changed.model);
+        }
+        // A system prompt holding what the key looks like does not move where messages go.
+        let mut tricky = envelope();
+        tricky.system = "\"messages\":[] and \\\"messages\\\":[]".into();
+        tricky.prompt_cache_key = "tricky".into();
+        context.fields(&key(&tricky), || tricky.clone()).expect("fields");
+        let mut whole = tricky.clone();
+        whole.messages = history()[3..].to_vec();
+        assert_eq!(
+            context.wire_request(3, &producer("a")).expect("built").json,
+            serde_json::to_string(&whole).expect("ok")
         );
     }
 
@@ -210,7 +286,8 @@ mod tests {
         assert_eq!(context.tokens_since(2), counter.messages_since(2));
         let mut full = envelope();
         full.messages = history()[1..].to_vec();
-        assert_eq!(context.estimate(&envelope(), 1), counter.estimate(&full));
+        context.fields(&key(&envelope()), envelope).expect("fields");
+        assert_eq!(context.estimate(1), counter.estimate(&full));
         context.push(Message::user_text("more"));
         assert_eq!(context.len(), 5);
         assert!(context.tokens_since(0) > counter.messages_since(0));

@@ -229,18 +229,28 @@ impl LoopState {
             _ => (0, None),
         };
         let producer = ProducedBy { driver: choice.driver.clone(), model: choice.model.clone() };
-        // The request's fields; its messages are spliced in from the context's cached JSON.
-        let fields = DriverRequest {
+        // The request's fields, serialized again only when one of them changed; its messages
+        // are spliced in from the context's cached JSON.
+        let prompt_cache_key = format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id);
+        let key = crate::wire::EnvelopeKey {
+            model: &choice.model,
+            max_tokens,
+            continuation_id: continuation_id.as_deref(),
+            prompt_cache_key: &prompt_cache_key,
+        };
+        let (system, tools) = (&c.system, &c.tools);
+        let fields = || DriverRequest {
             model: choice.model.clone(),
             max_tokens,
-            system: c.system.clone(),
+            system: system.clone(),
             messages: Vec::new(),
-            tools: c.tools.clone(),
+            tools: tools.clone(),
             params: Default::default(),
-            continuation_id,
-            prompt_cache_key: format!("{}:{}:{}", c.capsule_name, c.capsule_version, context_id),
+            continuation_id: continuation_id.clone(),
+            prompt_cache_key: prompt_cache_key.clone(),
         };
-        let wire = self.conversation.wire_request(&fields, from, &producer);
+        let wire =
+            self.conversation.fields(&key, fields).and_then(|()| self.conversation.wire_request(from, &producer));
         if let Some(r) = self.running.as_mut() {
             r.choice = active;
         }
@@ -254,9 +264,9 @@ impl LoopState {
             journal: self.peer(role::JOURNAL),
             session: self.sid().to_string(),
         };
-        let max_output = u64::from(fields.max_tokens);
+        let max_output = u64::from(max_tokens);
         let traceparent = self.task_traceparent();
-        let estimate = self.conversation.estimate(&fields, from);
+        let estimate = self.conversation.estimate(from);
         if let Some(r) = self.running.as_mut() {
             r.estimate = estimate;
         }

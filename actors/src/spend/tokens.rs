@@ -167,6 +167,24 @@ impl TokenCounter {
             std::mem::swap(&mut self.scratch, &mut self.envelope);
             self.envelope_counts += 1;
         }
+        self.with_envelope(sent)
+    }
+
+    /// [`TokenCounter::estimate_envelope`] with the fields already serialized
+    /// (`"messages":[]`, as [`crate::wire::Envelope::text`] holds them).
+    pub fn estimate_serialized(&mut self, envelope: &str, sent: usize) -> u64 {
+        if envelope.as_bytes() != self.envelope.as_slice() {
+            self.envelope_tokens = count(envelope);
+            self.counted_bytes += envelope.len() as u64;
+            self.envelope.clear();
+            self.envelope.extend_from_slice(envelope.as_bytes());
+            self.envelope_counts += 1;
+        }
+        self.with_envelope(sent)
+    }
+
+    /// The counted fields plus the last `sent` counted messages.
+    fn with_envelope(&self, sent: usize) -> u64 {
         let counted = self.len();
         self.envelope_tokens + self.messages_since(counted - sent.min(counted))
     }
