@@ -287,6 +287,18 @@ mod tests {
         tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u64
     }
 
+    /// `len` characters of `alphabet`, chosen by the xorshift state `x`.
+    fn random_text(x: &mut u64, alphabet: &[char], len: usize) -> String {
+        (0..len)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                alphabet[(*x % alphabet.len() as u64) as usize]
+            })
+            .collect()
+    }
+
     #[test]
     fn every_rank_is_found_by_its_bytes() {
         let n = OFFSETS.len() / 4 - 1;
@@ -326,15 +338,7 @@ mod tests {
             "abcXYZ019 \n\r\t'.,;:!?-_/\\{}[]\"éß日本€🦀\u{a0}\u{2003}sStTreREvem ll d".chars().collect();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for round in 0..400 {
-            let len = 1 + (round * 7) % 300;
-            let text: String = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    alphabet[(x % alphabet.len() as u64) as usize]
-                })
-                .collect();
+            let text = random_text(&mut x, &alphabet, 1 + (round * 7) % 300);
             assert_eq!(count(&text), reference(&text), "{text:?}");
         }
     }
@@ -351,15 +355,7 @@ mod tests {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         for round in 0..40_000 {
             let alphabet = if round % 2 == 0 { &ascii } else { &mixed };
-            let len = 1 + round % 40;
-            let text: String = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    alphabet[(x % alphabet.len() as u64) as usize]
-                })
-                .collect();
+            let text = random_text(&mut x, alphabet, 1 + round % 40);
             assert_eq!(pieces(&text).collect::<Vec<_>>(), regex_pieces(&text).collect::<Vec<_>>(), "{text:?}");
         }
         for s in [
