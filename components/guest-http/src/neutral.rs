@@ -218,6 +218,11 @@ impl<'a> Fields<'a> for Message<'a> {
 impl<'a> Message<'a> {
     /// The role, decoded; message `i` of the list.
     pub fn role(&self, i: usize) -> Result<Cow<'_, str>, String> {
+        // The runtime writes roles without escapes: the literal is compared before decoding.
+        if let Some(role) = self.role.as_ref().and_then(|r| plain_literal(r, &["assistant", "tool", "user", "system"]))
+        {
+            return Ok(Cow::Borrowed(role));
+        }
         self.role.as_ref().and_then(Raw::decoded).ok_or_else(|| format!("{}.role must be a string", At::Message(i)))
     }
 
@@ -335,6 +340,12 @@ impl<'a> Fields<'a> for Block<'a> {
 
 impl<'a> Block<'a> {
     pub fn kind(&self) -> Kind {
+        // The common types as the runtime writes them, compared before decoding.
+        match self.kind.as_ref().and_then(|k| plain_literal(k, &["text", "tool_call"])) {
+            Some("text") => return Kind::Text,
+            Some("tool_call") => return Kind::ToolCall,
+            _ => {}
+        }
         match self.kind.as_ref().and_then(Raw::decoded).as_deref() {
             Some("text") => Kind::Text,
             Some("tool_call") => Kind::ToolCall,
@@ -417,6 +428,13 @@ pub use tools::{Schema, Tool};
 
 #[path = "neutral_fast.rs"]
 mod fast;
+
+/// `raw`'s content when `raw` is exactly one of `words` written as a JSON string without
+/// escapes (what decoding it would give, without decoding).
+fn plain_literal<'r>(raw: &'r Raw<'_>, words: &[&str]) -> Option<&'r str> {
+    let inner = raw.json().strip_prefix('"')?.strip_suffix('"')?;
+    words.contains(&inner).then_some(inner)
+}
 
 #[cfg(test)]
 #[path = "neutral_tests.rs"]
