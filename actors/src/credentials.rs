@@ -257,8 +257,10 @@ impl CredentialsBook {
     }
 }
 
-/// The gateways' view of the book: the route for a driver's next call.
-#[derive(Clone, Default)]
+/// The gateways' view of the book: the route for a driver's next call. Only a book made
+/// with the session's credentials hands one out (no `Default`: an empty book would route
+/// every driver without a gateway).
+#[derive(Clone)]
 pub struct Routes(CredentialsBook);
 
 impl Routes {
