@@ -31,18 +31,7 @@ pub trait JournalLog: Send {
     /// Append several objects of one step: the first failure, and how many objects were not
     /// written. A file writes them with one `write` call; a JetStream subject stores them in
     /// one entry, in one round trip (all of them or none, either way).
-    fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
-        Box::pin(async move {
-            let (mut first, mut failed) = (Ok(()), 0);
-            for o in objects {
-                if let Err(e) = self.append(o).await {
-                    failed += 1;
-                    first = first.and(Err(e));
-                }
-            }
-            (first, failed)
-        })
-    }
+    fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)>;
     /// Make what was appended durable (a JetStream entry already is once acknowledged).
     fn sync(&mut self) -> BoxFuture<'_, Result<(), LogError>>;
     /// The backend's position after the last append (a JetStream sequence; 0 for a file).
@@ -59,12 +48,9 @@ impl JournalLog for SealedFile {
 
     fn append_all(&mut self, objects: Vec<Vec<u8>>) -> BoxFuture<'_, (Result<(), LogError>, u64)> {
         let n = objects.len() as u64;
-        let r = match objects.len() {
-            0 => (Ok(()), 0),
-            _ => match self.append_many(objects) {
-                Ok(()) => (Ok(()), 0),
-                Err(e) => (Err(LogError::from(e)), n),
-            },
+        let r = match self.append_many(objects) {
+            Ok(()) => (Ok(()), 0),
+            Err(e) => (Err(LogError::from(e)), n),
         };
         Box::pin(std::future::ready(r))
     }

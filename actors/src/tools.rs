@@ -192,7 +192,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_call_queued_behind_a_crash_or_sent_to_no_actor_is_answered_as_crashed() {
+    async fn a_call_queued_behind_a_crash_is_answered_as_crashed() {
         let host = Host::new(capsule_runtime::HostOptions { cache_dir: None }).expect("host");
         let (tools, handle) =
             Actor::spawn(None, Tools, ToolsArgs { host, tools: HashMap::new() }).await.expect("spawn");

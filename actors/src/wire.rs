@@ -2,14 +2,14 @@
 //!
 //! What it is for: a call's request is serialized once, when it is planned, and shared (behind
 //! an `Arc`) by the call's attempts; the gateway hands the text to the driver as it is. The
-//! agent loop builds it from the JSON each message got when it entered the context
-//! ([`WireRequest::with_messages`]), so a turn does not clone or re-serialize the history.
+//! agent loop builds it from the JSON each message got when it entered the context and from
+//! an [`Envelope`], the fields serialized once while they do not change
+//! ([`Envelope::with_messages`]), so a turn clones or re-serializes neither the history nor
+//! the system prompt and tools.
 //!
 //! What it guarantees: [`RequestFields`] serializes in [`DriverRequest`]'s field order with the
-//! same skip rules, so `with_messages` with each message's own JSON is byte for byte
-//! `serde_json::to_string` of the whole request; so is an [`Envelope`]'s, which keeps the
-//! fields serialized across turns while they do not change (both tested in
-//! `agent_loop::context`).
+//! same skip rules, so an envelope with each message's own JSON spliced in is byte for byte
+//! `serde_json::to_string` of the whole request (tested in `agent_loop::context`).
 //!
 //! What it does not do: check the messages' JSON (it is produced by serializing `Message`s).
 
@@ -30,12 +30,6 @@ impl WireRequest {
     /// Serialize a whole request.
     pub fn of(request: &DriverRequest) -> Result<Self, serde_json::Error> {
         Ok(WireRequest { model: request.model.clone(), json: serde_json::to_string(request)? })
-    }
-
-    /// `request`'s fields (its own `messages` are not looked at) with `messages` as given.
-    pub fn with_messages(request: &DriverRequest, messages: &[&RawValue]) -> Result<Self, serde_json::Error> {
-        let json = serde_json::to_string(&RequestFields::of(request, messages))?;
-        Ok(WireRequest { model: request.model.clone(), json })
     }
 }
 
@@ -128,8 +122,8 @@ impl Envelope {
         &self.text
     }
 
-    /// The request with `messages`: byte for byte [`WireRequest::with_messages`] of the
-    /// request it was built from.
+    /// The request it was built from with `messages` (each message's JSON): byte for byte
+    /// `serde_json::to_string` of that request holding those messages.
     pub(crate) fn with_messages(&self, messages: &[&RawValue]) -> WireRequest {
         let size: usize = messages.iter().map(|m| m.get().len() + 1).sum();
         let mut json = String::with_capacity(self.text.len() + size);

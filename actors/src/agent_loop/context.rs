@@ -99,6 +99,7 @@ impl Context {
         fields: impl FnOnce() -> DriverRequest,
     ) -> Result<(), serde_json::Error> {
         if !self.envelope.as_ref().is_some_and(|e| e.is_for(key)) {
+            // Fields that fail to serialize leave none, never the last key's.
             self.envelope = None;
             self.envelope = Some(Envelope::of(&fields())?);
         }
@@ -109,10 +110,7 @@ impl Context {
     /// `from` on (the fields alone count nothing before [`Context::fields`]).
     pub(crate) fn estimate(&mut self, from: usize) -> u64 {
         let sent = self.messages.len().saturating_sub(from);
-        match &self.envelope {
-            Some(e) => self.counter.estimate_serialized(e.text(), sent),
-            None => self.counter.estimate_serialized("", sent),
-        }
+        self.counter.estimate_serialized(self.envelope.as_ref().map_or("", Envelope::text), sent)
     }
 
     /// The request a driver receives: the current fields ([`Context::fields`]) and the

@@ -160,18 +160,21 @@ impl TokenCounter {
         // The request without its messages (`"messages":[]`), so that its count plus the
         // messages' counts approximates the whole.
         let env = crate::wire::RequestFields::of(request, [(); 0]);
-        self.scratch.clear();
-        if serde_json::to_writer(&mut self.scratch, &env).is_ok() && self.scratch != self.envelope {
-            self.envelope_tokens = count(&String::from_utf8_lossy(&self.scratch));
-            self.counted_bytes += self.scratch.len() as u64;
-            std::mem::swap(&mut self.scratch, &mut self.envelope);
-            self.envelope_counts += 1;
-        }
-        self.with_envelope(sent)
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let serialized = serde_json::to_writer(&mut scratch, &env).is_ok();
+        let estimate = if serialized {
+            self.estimate_serialized(&String::from_utf8_lossy(&scratch), sent)
+        } else {
+            self.with_counted_fields(sent)
+        };
+        self.scratch = scratch;
+        estimate
     }
 
     /// [`TokenCounter::estimate_envelope`] with the fields already serialized
-    /// (`"messages":[]`, as [`crate::wire::Envelope::text`] holds them).
+    /// (`"messages":[]`, as [`crate::wire::Envelope::text`] holds them): counted again only
+    /// when they differ from the last fields counted.
     pub fn estimate_serialized(&mut self, envelope: &str, sent: usize) -> u64 {
         if envelope.as_bytes() != self.envelope.as_slice() {
             self.envelope_tokens = count(envelope);
@@ -180,11 +183,11 @@ impl TokenCounter {
             self.envelope.extend_from_slice(envelope.as_bytes());
             self.envelope_counts += 1;
         }
-        self.with_envelope(sent)
+        self.with_counted_fields(sent)
     }
 
-    /// The counted fields plus the last `sent` counted messages.
-    fn with_envelope(&self, sent: usize) -> u64 {
+    /// The last counted fields plus the last `sent` counted messages.
+    fn with_counted_fields(&self, sent: usize) -> u64 {
         let counted = self.len();
         self.envelope_tokens + self.messages_since(counted - sent.min(counted))
     }
