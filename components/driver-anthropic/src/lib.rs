@@ -30,6 +30,7 @@ wit_bindgen::generate!({
 use assemble::{Assembler, Outcome, Sink};
 use exports::murmur::tool::run::{Guest, Status, ToolInput, ToolResult};
 use guest_http::exchange::{self, Answer};
+use guest_http::neutral::Input;
 use guest_http::shape::{self, Shaped, Verdict};
 use guest_http::{sse, target::Target};
 use murmur::stream::events;
@@ -56,9 +57,11 @@ impl Guest for Component {
 
 export!(Component);
 
-/// Everything that can go wrong before a request is sent.
+/// Everything that can go wrong before a request is sent. The message list is written in
+/// the pass that reads it when it is in the runtime's form ([`request::fast`]).
 fn prepare(data: Option<&str>) -> Result<(Target, Vec<u8>), String> {
-    guest_http::input::prepare(data, request::translate, "/v1/messages")
+    let parse = |data| Input::parse_with(data, request::fast::messages);
+    guest_http::input::prepare_with(data, parse, request::translate, "/v1/messages")
 }
 
 /// The Messages API's answer: named streaming events, or one whole message.

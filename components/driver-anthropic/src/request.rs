@@ -33,7 +33,7 @@
 use std::borrow::Cow;
 
 use guest_http::lenient::valid_json;
-use guest_http::neutral::{At, Block, Input, Kind, Message, Obj, Raw, Tool};
+use guest_http::neutral::{At, Block, Input, Kind, Message, Messages, Obj, Raw, Tool};
 use guest_http::wire::{any_key, comma, key, member, object_with};
 
 /// Keys of the body this module owns; `params` cannot override them.
@@ -59,7 +59,14 @@ pub fn translate(input: &Input) -> Result<Vec<u8>, String> {
         member(&mut out, "system", system.json());
     }
     key(&mut out, "messages");
-    messages(&mut out, req.messages()?)?;
+    match req.messages()? {
+        Messages::Written(items) => {
+            out.push(b'[');
+            out.extend_from_slice(items);
+            out.push(b']');
+        }
+        Messages::Read(list) => messages(&mut out, list)?,
+    }
     let tools = req.tools()?;
     if !tools.is_empty() {
         key(&mut out, "tools");
@@ -241,6 +248,7 @@ fn write_tool(out: &mut Vec<u8>, tool: &Tool, i: usize) -> Result<(), String> {
     Ok(())
 }
 
+pub mod fast;
 #[cfg(test)]
 mod old;
 #[cfg(test)]

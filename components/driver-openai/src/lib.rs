@@ -39,6 +39,7 @@ wit_bindgen::generate!({
 use assemble::{Assembler, Outcome, Sink};
 use exports::murmur::tool::run::{Guest, Status, ToolInput, ToolResult};
 use guest_http::exchange::{self, Answer};
+use guest_http::neutral::Input;
 use guest_http::shape::{self, Shaped, Verdict};
 use guest_http::{sse, target::Target};
 use murmur::stream::events;
@@ -66,9 +67,11 @@ export!(Component);
 
 /// Everything that can go wrong before a request is sent. The endpoint
 /// carries its own version path (usually ending in `/v1`); nothing but
-/// `/chat/completions` is appended.
+/// `/chat/completions` is appended. The message list is written in the pass
+/// that reads it when it is in the runtime's form ([`request::fast`]).
 fn prepare(data: Option<&str>) -> Result<(Target, Vec<u8>), String> {
-    guest_http::input::prepare(data, request::translate, "/chat/completions")
+    let parse = |data| Input::parse_with(data, request::fast::messages);
+    guest_http::input::prepare_with(data, parse, request::translate, "/chat/completions")
 }
 
 /// The Chat Completions answer: `data:` payloads (event names are ignored,

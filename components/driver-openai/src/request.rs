@@ -52,7 +52,7 @@
 //! here, not sorted.
 
 use guest_http::lenient::valid_json;
-use guest_http::neutral::{At, Block, Input, Kind, Message, Obj, Raw, Tool};
+use guest_http::neutral::{At, Block, Input, Kind, Message, Messages, Obj, Raw, Tool};
 use guest_http::wire::{any_key, comma, key, member, object_with, string};
 
 /// Keys built from the conversation; `params` cannot override them.
@@ -74,7 +74,18 @@ pub fn translate(input: &Input) -> Result<Vec<u8>, String> {
         out.extend_from_slice(system.json().as_bytes());
         out.push(b'}');
     }
-    for (i, msg) in req.messages()?.iter().enumerate() {
+    let list = match req.messages()? {
+        Messages::Read(list) => list,
+        // Items a transcoder wrote (this driver passes none to `Input::parse_with`).
+        Messages::Written(items) => {
+            if !items.is_empty() {
+                comma(&mut out);
+                out.extend_from_slice(items);
+            }
+            &[]
+        }
+    };
+    for (i, msg) in list.iter().enumerate() {
         let msg = &msg.fields;
         let role = msg.role(i)?;
         let blocks = msg.blocks(i)?;
@@ -283,6 +294,7 @@ fn write_tool(out: &mut Vec<u8>, tool: &Tool, i: usize) -> Result<(), String> {
     Ok(())
 }
 
+pub mod fast;
 #[cfg(test)]
 mod old;
 #[cfg(test)]

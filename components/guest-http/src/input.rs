@@ -50,10 +50,21 @@ pub fn prepare<'a, I: Parse<'a>>(
     translate: impl FnOnce(&I) -> Result<Vec<u8>, String>,
     path: &str,
 ) -> Result<(Target, Vec<u8>), String> {
+    prepare_with(data, I::parse, translate, path)
+}
+
+/// [`prepare`], with the document read by `parse` (for a driver that passes a
+/// [`neutral::Transcode`] to [`neutral::Input::parse_with`]).
+pub fn prepare_with<'a, I>(
+    data: Option<&'a str>,
+    parse: impl FnOnce(&'a str) -> Result<I, serde_json::Error>,
+    translate: impl FnOnce(&I) -> Result<Vec<u8>, String>,
+    path: &str,
+) -> Result<(Target, Vec<u8>), String> {
     let data = data
         .filter(|d| !d.trim().is_empty())
         .ok_or("no input: tool-input.data must hold the neutral inference request JSON")?;
-    let req = I::parse(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
+    let req = parse(data).map_err(|e| format!("input is not valid JSON: {e}"))?;
     let body = translate(&req).map_err(|e| format!("invalid inference request: {e}"))?;
     let endpoint = std::env::var("MURMUR_INFERENCE_ENDPOINT")
         .map_err(|e| format!("MURMUR_INFERENCE_ENDPOINT is unusable: {e}"))?;

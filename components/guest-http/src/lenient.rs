@@ -167,7 +167,13 @@ pub struct Obj<T> {
 
 impl<'a, T: Fields<'a>> Read<'a> for Obj<T> {
     fn read(scan: &mut Scan<'a>) -> Result<Self, Refused> {
-        let mut fields = T::default();
+        Obj::read_into(scan, T::default())
+    }
+}
+
+impl<'a, T: Fields<'a>> Obj<T> {
+    /// [`Read::read`], starting from `fields` instead of the defaults.
+    pub fn read_into(scan: &mut Scan<'a>, mut fields: T) -> Result<Self, Refused> {
         let shape = match scan.peek() {
             Some(b'{') => {
                 scan.object(|scan, key| fields.field(key, scan))?;

@@ -5,6 +5,9 @@
 //!
 //! - [`target`]: `MURMUR_INFERENCE_ENDPOINT` + a provider path → where to send;
 //! - [`input`]: the checks made before anything is sent;
+//! - [`cursor`]: a cursor over the runtime's compact JSON, for the fast list
+//!   reader and the drivers' one-pass writers of the message list, and
+//!   [`compact_block`]: one content block read through it;
 //! - [`neutral`]: the neutral request read in one pass, borrowed from the
 //!   input, with the checks and error messages both drivers share
 //!   ([`lenient`] holds its readers, [`scan`] the byte-level JSON scanner
@@ -31,6 +34,8 @@
 //! driver), credentials (the host gateway adds them), the `wit` bindings
 //! (each component generates its own world).
 
+pub mod compact_block;
+pub mod cursor;
 #[cfg(feature = "testing")]
 pub mod differential;
 pub mod exchange;

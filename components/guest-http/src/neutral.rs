@@ -13,6 +13,11 @@
 //! `source`, and the decoding of an inspected string or key that holds an
 //! escape.
 //!
+//! [`Input::parse_with`] first hands the message list to a driver's
+//! [`Transcode`], which writes the provider's list while it reads it; when
+//! it gives up, the list is read as above. [`Request::messages`] then gives
+//! the written list ([`Messages::Written`]) or the read one.
+//!
 //! Guarantees, the same as when the request was read as a
 //! `serde_json::Value` (see [`crate::lenient`]): the same documents are
 //! refused as invalid JSON, with the same message; any JSON that is valid
@@ -31,6 +36,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::cursor::Cursor;
 use crate::lenient::{Fields, List, Read, raw, skip};
 pub use crate::lenient::{Obj, Raw, Shape};
 use crate::scan::{Refused, Scan};
@@ -43,11 +49,30 @@ pub struct Input<'a> {
     size: usize,
 }
 
+/// A driver's writer of the message list straight from the runtime's compact form: reads the
+/// list at the cursor and writes the provider's list items (comma-separated, without the
+/// brackets) into the empty buffer, or answers `None` (what it wrote is then discarded and the
+/// list is read the general way). It must answer only for a list it read whole and without
+/// error, and write exactly the items the driver's translation of the list read the general
+/// way would write.
+pub type Transcode = for<'a> fn(&mut Cursor<'a>, &mut Vec<u8>) -> Option<()>;
+
 impl<'a> Input<'a> {
     /// Read the document. The error is serde_json's for the first thing in
     /// it that is not valid JSON, exactly as `Value` would report it.
     pub fn parse(data: &'a str) -> Result<Self, serde_json::Error> {
-        let request = crate::scan::whole(data, Obj::<Request<'a>>::read)?;
+        Self::read(data, None)
+    }
+
+    /// [`Input::parse`], with `transcode` tried on the message list first; when it answers,
+    /// [`Request::messages`] gives what it wrote.
+    pub fn parse_with(data: &'a str, transcode: Transcode) -> Result<Self, serde_json::Error> {
+        Self::read(data, Some(transcode))
+    }
+
+    fn read(data: &'a str, transcode: Option<Transcode>) -> Result<Self, serde_json::Error> {
+        let fields = Request { transcode, ..Request::default() };
+        let request = crate::scan::whole(data, |scan| Obj::read_into(scan, fields))?;
         Ok(Input { request, size: data.len() })
     }
 
@@ -73,7 +98,18 @@ pub struct Request<'a> {
     system: Option<Raw<'a>>,
     params: Option<Obj<Params<'a>>>,
     messages: Option<List<Obj<Message<'a>>>>,
+    /// The list as the driver's [`Transcode`] wrote it, when it answered.
+    written: Option<Vec<u8>>,
     tools: Option<List<Obj<Tool<'a>>>>,
+    transcode: Option<Transcode>,
+}
+
+/// The message list: as the driver's [`Transcode`] wrote it, or read.
+#[derive(Debug, Clone, Copy)]
+pub enum Messages<'r, 'a> {
+    /// The provider's list items, comma-separated, without the brackets.
+    Written(&'r [u8]),
+    Read(&'r [Obj<Message<'a>>]),
 }
 
 impl<'a> Fields<'a> for Request<'a> {
@@ -84,13 +120,17 @@ impl<'a> Fields<'a> for Request<'a> {
             "system" => self.system = raw(scan)?,
             "params" => self.params = Some(Read::read(scan)?),
             "messages" => {
-                // The runtime's own compact form, read in one loop; anything else (or
-                // anything the loop does not know) by the general reader.
+                // The runtime's own compact form, written by the driver or read in one loop;
+                // anything else (or anything those loops do not know) by the general reader.
                 scan.peek();
-                self.messages = Some(match fast::messages(scan) {
-                    Some(list) => List::Items(list),
-                    None => Read::read(scan)?,
-                });
+                self.written = self.transcode.and_then(|transcode| written(scan, transcode));
+                self.messages = match self.written {
+                    Some(_) => None,
+                    None => Some(match fast::messages(scan) {
+                        Some(list) => List::Items(list),
+                        None => Read::read(scan)?,
+                    }),
+                };
             }
             "tools" => self.tools = Some(Read::read(scan)?),
             _ => skip(scan)?,
@@ -137,9 +177,10 @@ impl<'a> Request<'a> {
     }
 
     /// `messages`: an array.
-    pub fn messages(&self) -> Result<&[Obj<Message<'a>>], String> {
-        match &self.messages {
-            Some(List::Items(m)) => Ok(m),
+    pub fn messages(&self) -> Result<Messages<'_, 'a>, String> {
+        match (&self.written, &self.messages) {
+            (Some(written), _) => Ok(Messages::Written(written)),
+            (None, Some(List::Items(m))) => Ok(Messages::Read(m)),
             _ => Err("`messages` must be an array".into()),
         }
     }
@@ -152,6 +193,17 @@ impl<'a> Request<'a> {
             Some(List::Other) => Err("`tools` must be an array".into()),
         }
     }
+}
+
+/// The list at `scan`'s position written by `transcode`, and `scan` moved past it; `None`
+/// with `scan` untouched when `transcode` did not answer.
+fn written(scan: &mut Scan, transcode: Transcode) -> Option<Vec<u8>> {
+    let mut cursor = Cursor::new(scan.text(), scan.position(), scan.depth());
+    // The provider's list is about as long as the rest of the input.
+    let mut out = Vec::with_capacity(scan.text().len() - scan.position() + 64);
+    transcode(&mut cursor, &mut out)?;
+    scan.skip_to(cursor.position());
+    Some(out)
 }
 
 /// `params`' entries in input order; a duplicate key replaces the value.

@@ -117,7 +117,7 @@ fn the_last_of_duplicate_keys_wins() {
     assert_eq!(req.model().unwrap().json(), "\"b\"");
     let params: Vec<_> = req.params().unwrap().iter().map(|(k, v)| (k.to_string(), v.json().to_string())).collect();
     assert_eq!(params, [("t".to_string(), "6".to_string()), ("v".to_string(), "5".to_string())]);
-    let msg = &req.messages().unwrap()[0].fields;
+    let msg = &read(req)[0].fields;
     assert_eq!(msg.role(0).unwrap(), "user");
     assert_eq!(msg.blocks(0).unwrap()[0].fields.kind(), Kind::Image);
 }
@@ -137,7 +137,7 @@ fn messages_blocks_and_tools() {
                  {"parameters":[]},{"name":"m","description":"d","parameters":null},3]}"#;
     let input = Input::parse(data).unwrap();
     let req = input.request().unwrap();
-    let m = req.messages().unwrap();
+    let m = read(req);
     assert_eq!(m[0].shape, Shape::Other);
     assert_eq!(m[0].fields.role(0).unwrap_err(), "messages[0].role must be a string");
     assert_eq!(m[1].fields.role(1).unwrap(), "user");
@@ -188,4 +188,12 @@ fn raw_values_are_borrowed_verbatim() {
     assert_eq!(system.decoded().unwrap(), "a\u{e9}\n");
     let (k, v) = &req.params().unwrap()[0];
     assert_eq!((&**k, v.json()), ("k\"", "{ \"x\" : [1, 2.50] }"));
+}
+
+/// The message list read the general way (no transcoder was given).
+fn read<'r, 'a>(req: &'r Request<'a>) -> &'r [Obj<Message<'a>>] {
+    match req.messages() {
+        Ok(Messages::Read(list)) => list,
+        other => panic!("expected a list read, got {other:?}"),
+    }
 }

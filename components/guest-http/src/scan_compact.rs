@@ -18,7 +18,7 @@ use super::{MAX_DEPTH, plain_run};
 
 /// The end of the container starting at `start` (a `{` or `[`) inside `depth` open
 /// containers, or where this loop gave up.
-pub(super) fn skip(bytes: &[u8], start: usize, depth: u32) -> Result<usize, usize> {
+pub(crate) fn skip(bytes: &[u8], start: usize, depth: u32) -> Result<usize, usize> {
     // One bit per open container: set for an object.
     let mut objects: u128 = 0;
     let mut level: u32 = 0;

@@ -13,6 +13,7 @@
 
 /// Write `,` unless the last byte opens an object or an array (or nothing
 /// has been written): call before every member or element.
+#[inline]
 pub fn comma(out: &mut Vec<u8>) {
     if !matches!(out.last(), None | Some(b'{' | b'[')) {
         out.push(b',');
