@@ -44,33 +44,62 @@ pub fn member(out: &mut Vec<u8>, name: &str, json: &str) {
 
 /// Write `s` as a JSON string literal.
 pub fn string(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // Escaped into a buffer on the stack, then appended a chunk at a time: a guest's slice copy
+    // is a call into the host (`memory.copy`), and a push per byte checks the capacity each time.
+    const CHUNK: usize = 32;
+    let mut buf = [0u8; 6 * CHUNK];
     out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let short = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0x00..=0x1f => b'u',
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.push(b'\\');
-        out.push(short);
-        if short == b'u' {
-            out.extend_from_slice(&[b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+    for chunk in s.as_bytes().chunks(CHUNK) {
+        let mut n = 0;
+        for &b in chunk {
+            match ESCAPE[usize::from(b)] {
+                0 => {
+                    buf[n] = b;
+                    n += 1;
+                }
+                b'u' => {
+                    buf[n..n + 6].copy_from_slice(&[
+                        b'\\',
+                        b'u',
+                        b'0',
+                        b'0',
+                        HEX[usize::from(b >> 4)],
+                        HEX[usize::from(b & 0xf)],
+                    ]);
+                    n += 6;
+                }
+                short => {
+                    buf[n] = b'\\';
+                    buf[n + 1] = short;
+                    n += 2;
+                }
+            }
         }
-        start = i + 1;
+        out.extend_from_slice(&buf[..n]);
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// For each byte, 0 when it stands for itself in a string literal, else the letter after the
+/// `\\` of its escape (`u` for the `\\u00XX` form).
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
 
 /// Write an object: the JSON object text `object` with the `extra`
 /// members (`name`, JSON text) put first. `object` must be a valid object.
@@ -100,6 +129,12 @@ mod tests {
     fn strings_are_escaped_as_serde_json_escapes_them() {
         for s in ["", "plain", "q\"b\\s/", "\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}", "h\u{e9}llo \u{1F600}", "a\u{0}b"] {
             assert_eq!(text(|o| string(o, s)), serde_json::to_string(s).unwrap(), "{s:?}");
+        }
+        // Longer than the chunks the escaping works in, with escapes and characters of several
+        // bytes across their edges.
+        let every: String = (0..=0x7fu8).map(char::from).chain("é😀\u{2028}".chars()).collect();
+        for s in [every.repeat(3), "\u{1}".repeat(70), "é".repeat(40), "x\"".repeat(50)] {
+            assert_eq!(text(|o| string(o, &s)), serde_json::to_string(&s).unwrap(), "{s:?}");
         }
     }
 
