@@ -7,7 +7,8 @@
 //! - peak RSS of that whole process (VmHWM, printed by the binary when asked);
 //! - per-turn runtime overhead: in one session of 101 turns (100 tool-call turns running the
 //!   real file tool, then a reply), the gap between two provider requests arriving at the stub
-//!   minus the stub's own time answering the first;
+//!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
+//!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
 //!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
 //!   (`--cluster` prints this table alone): once from a host connected to the journal stream's
@@ -181,7 +182,9 @@ fn per_turn(
             println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} | {med:.3} | {call_ms:.3} ({inst}) | {} | {body_kib:.1} |", wall - stub_ms, tools.get(t - 1).copied().unwrap_or(0));
         }
         let window = |a: usize, b: usize| median(&mut (a..=b).map(overhead).collect::<Vec<_>>());
-        println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {:.3} / {:.3} / {:.3} ms", window(2, 20), window(41, 60), window(81, 100));
+        let (early, late) = (window(2, 20), window(81, 100));
+        println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {early:.3} / {:.3} / {late:.3} ms", window(41, 60));
+        println!("\nFlatness by windows: turns 81–100 / turns 2–20 = {:.2}", late / early);
         println!("\nFlatness: turn 100 / turn 1 = {:.2}; around turn 100 / around turn 2 = {:.2} (turn 1 also pays first-use costs)", row[&100] / row[&1], row[&100] / row[&2]);
         row
     })
