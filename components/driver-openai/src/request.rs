@@ -188,22 +188,7 @@ fn user(out: &mut Vec<u8>, blocks: &[Obj<Block>], i: usize) -> Result<(), String
 }
 
 fn assistant(out: &mut Vec<u8>, blocks: &[Obj<Block>], i: usize) -> Result<(), String> {
-    let mark = out.len();
-    comma(out);
-    out.extend_from_slice(br#"{"role":"assistant","content":"#);
-    let content = out.len();
-    out.push(b'"');
-    let has_text = texts(out, blocks, i)?.is_some();
-    if has_text {
-        out.push(b'"');
-    } else {
-        out.truncate(content);
-        out.extend_from_slice(b"null");
-    }
-    let calls = out.len();
-    key(out, "tool_calls");
-    out.push(b'[');
-    let first_call = out.len();
+    let head = begin_assistant(out, |out| Ok::<_, String>(texts(out, blocks, i)?.is_some()))?;
     for (j, block) in blocks.iter().enumerate() {
         let (block, at) = (&block.fields, At::Block(i, j));
         if block.kind() != Kind::ToolCall {
@@ -220,16 +205,56 @@ fn assistant(out: &mut Vec<u8>, blocks: &[Obj<Block>], i: usize) -> Result<(), S
         arguments(out, block.input());
         out.extend_from_slice(b"}}");
     }
-    if out.len() > first_call {
-        out.push(b']');
-    } else if has_text {
-        out.truncate(calls);
+    end_assistant(out, head);
+    Ok(())
+}
+
+/// Where the parts of an assistant message begin, as [`begin_assistant`] wrote them.
+struct AssistantHead {
+    /// The message.
+    mark: usize,
+    /// Its `tool_calls` key.
+    calls: usize,
+    /// Its first call.
+    first_call: usize,
+    has_text: bool,
+}
+
+/// The start of an assistant message: its `content` (what `texts` writes, inside a string,
+/// when it says it wrote something; else `null`) and the opening of its `tool_calls`.
+fn begin_assistant<E>(
+    out: &mut Vec<u8>,
+    texts: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
+) -> Result<AssistantHead, E> {
+    let mark = out.len();
+    comma(out);
+    out.extend_from_slice(br#"{"role":"assistant","content":"#);
+    let content = out.len();
+    out.push(b'"');
+    let has_text = texts(out)?;
+    if has_text {
+        out.push(b'"');
     } else {
-        out.truncate(mark);
-        return Ok(());
+        out.truncate(content);
+        out.extend_from_slice(b"null");
+    }
+    let calls = out.len();
+    out.extend_from_slice(br#","tool_calls":["#);
+    Ok(AssistantHead { mark, calls, first_call: out.len(), has_text })
+}
+
+/// The end of an assistant message: its `tool_calls` closed when they hold a call, taken out
+/// when not; the whole message taken out when it has neither a text nor a call.
+fn end_assistant(out: &mut Vec<u8>, head: AssistantHead) {
+    if out.len() > head.first_call {
+        out.push(b']');
+    } else if head.has_text {
+        out.truncate(head.calls);
+    } else {
+        out.truncate(head.mark);
+        return;
     }
     out.push(b'}');
-    Ok(())
 }
 
 /// A tool call's input as Chat Completions wants it: a JSON string. A

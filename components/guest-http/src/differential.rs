@@ -59,6 +59,16 @@ pub fn errors_match(new: Translation, reference: Translation) {
     assert!(compared >= 60, "only {compared} requests compared");
 }
 
+/// A repeatable pseudo-random index below `n` per call (xorshift), from `seed`.
+fn pseudo_random(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
 /// 300 requests made of the shared requests' messages, tools and params in pseudo-random order
 /// and number (written by serde_json, as the runtime writes them): the same answer from both.
 pub fn shuffled_match(new: Translation, reference: Translation) {
@@ -73,13 +83,7 @@ pub fn shuffled_match(new: Translation, reference: Translation) {
         params.extend(req.get("params").cloned());
     }
     assert!(!messages.is_empty() && !tools.is_empty(), "the shared requests hold messages and tools");
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut next = pseudo_random(0x2545_f491_4f6c_dd1d);
     for _ in 0..300 {
         let msgs: Vec<Value> = (0..next(12)).map(|_| messages[next(messages.len())].clone()).collect();
         let tls: Vec<Value> = (0..next(4)).map(|_| tools[next(tools.len())].clone()).collect();
@@ -174,13 +178,7 @@ pub fn transcoded_corpus_matches(translate: Translate, transcode: Transcode) {
             messages.extend(list.as_array().into_iter().flatten().cloned());
         }
     }
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut next = pseudo_random(0x9e37_79b9_7f4a_7c15);
     for _ in 0..300 {
         let list: Vec<Value> = (0..next(8)).map(|_| messages[next(messages.len())].clone()).collect();
         check(&runtime_form(&Value::Array(list)));
@@ -241,4 +239,60 @@ pub fn transcoder_keeps_the_depth_limit(transcode: Transcode) {
         let answered = transcode(&mut crate::cursor::Cursor::new(list, 0, depth), &mut out).is_some();
         assert_eq!(answered, answers, "at depth {depth}");
     }
+}
+
+/// The lists a transcoder must leave to the general reading (the runtime never writes them):
+/// both readings agree on each, and the transcoder did not answer.
+pub fn transcoder_leaves_the_rest(translate: Translate, transcode: Transcode) {
+    let list = runtime_history();
+    let data = format!(r#"{{"model":"m","max_tokens":5,"messages":{list}}}"#);
+    assert!(transcoded_agrees(&data, translate, transcode), "the transcoder answers the runtime's history");
+    for list in [
+        r#"[{"content":[],"role":"user"}]"#,
+        r#"[{"role":"user","content":[{"type":"image","source":{"media_type":"image/png","data":"AA"}}]}]"#,
+        r#"[{"role":"user","content":"bare"}]"#,
+        r#"[{"role":"system","content":[]}]"#,
+        r#"[{"role":"user","content":[],"role":"assistant"}]"#,
+        r#"[{"role":"user","content":[{"type":"text","text":"a"}],"content":[]}]"#,
+        r#"[{"role":"tool","content":[{"type":"text","text":"a"}],"tool_call_id":"c","content":[]}]"#,
+        r#"[{"role":"assistant","content":[{"type":"tool_call","id":"c","name":"n","input":"{\"a\":1}"}]}]"#,
+        r#"[{"role":"assistant","content":[{"type":"te\/xt","text":"t"}]}]"#,
+        r#"[{"role":"tool","content":[]}]"#,
+        r#"[ ]"#,
+    ] {
+        let data = format!(r#"{{"model":"m","max_tokens":5,"messages":{list}}}"#);
+        assert!(!transcoded_agrees(&data, translate, transcode), "{list}");
+    }
+}
+
+/// The tests of a driver's transcoder against its general translation, one `#[test]` each:
+/// `transcoder_tests!(translate, transcode)` in the driver's test module.
+#[macro_export]
+macro_rules! transcoder_tests {
+    ($translate:path, $transcode:path) => {
+        #[test]
+        fn the_corpus_and_shuffled_lists_translate_the_same_either_way() {
+            $crate::differential::transcoded_corpus_matches($translate, $transcode);
+        }
+
+        #[test]
+        fn every_cut_and_one_byte_change_translates_the_same_either_way() {
+            $crate::differential::transcoded_changes_match($translate, $transcode);
+        }
+
+        #[test]
+        fn nesting_limits_are_the_general_readers() {
+            $crate::differential::transcoded_nesting_matches($translate, $transcode);
+        }
+
+        #[test]
+        fn the_depth_limit_is_the_general_readers() {
+            $crate::differential::transcoder_keeps_the_depth_limit($transcode);
+        }
+
+        #[test]
+        fn a_runtime_history_is_written_in_one_pass_and_the_rest_left_to_the_general_reading() {
+            $crate::differential::transcoder_leaves_the_rest($translate, $transcode);
+        }
+    };
 }

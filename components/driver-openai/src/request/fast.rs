@@ -17,6 +17,8 @@
 //! one, a text that is not a string, a tool message without its id, and anything the
 //! [`Cursor`] does not read (whitespace, escaped keys, `\u` escapes).
 
+use std::convert::Infallible;
+
 use guest_http::compact_block::{self, Block, Fields};
 use guest_http::cursor::Cursor;
 use guest_http::wire::{comma, string};
@@ -158,21 +160,7 @@ fn user(out: &mut Vec<u8>, parts: &[Part]) {
 }
 
 fn assistant(out: &mut Vec<u8>, parts: &[Part]) {
-    let mark = out.len();
-    comma(out);
-    out.extend_from_slice(br#"{"role":"assistant","content":"#);
-    let content = out.len();
-    out.push(b'"');
-    let has_text = texts(out, parts).is_some();
-    if has_text {
-        out.push(b'"');
-    } else {
-        out.truncate(content);
-        out.extend_from_slice(b"null");
-    }
-    let calls = out.len();
-    out.extend_from_slice(br#","tool_calls":["#);
-    let first_call = out.len();
+    let Ok(head) = super::begin_assistant(out, |out| Ok::<_, Infallible>(texts(out, parts).is_some()));
     for part in parts {
         let Part::Call { id, name, input } = part else { continue };
         comma(out);
@@ -188,15 +176,7 @@ fn assistant(out: &mut Vec<u8>, parts: &[Part]) {
         }
         out.extend_from_slice(b"}}");
     }
-    if out.len() > first_call {
-        out.push(b']');
-    } else if has_text {
-        out.truncate(calls);
-    } else {
-        out.truncate(mark);
-        return;
-    }
-    out.push(b'}');
+    super::end_assistant(out, head);
 }
 
 fn tool(out: &mut Vec<u8>, parts: &[Part], id: &[u8], is_error: bool) {
