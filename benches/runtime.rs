@@ -8,7 +8,8 @@
 //! - per-turn runtime overhead: in one session of 101 turns (100 tool-call turns running the
 //!   real file tool, then a reply), the gap between two provider requests arriving at the stub
 //!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
-//!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20);
+//!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20), then the
+//!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
 //!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
 //!   (`--cluster` prints this table alone): once from a host connected to the journal stream's
@@ -101,13 +102,18 @@ const TURNS: usize = 100;
 /// The turns whose overhead is printed.
 const ROWS: [usize; 5] = [1, 2, 10, 50, 100];
 
-/// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and, per row of
-/// [`ROWS`], the median overhead of the 5 turns up to it.
-fn per_turn(
-    rt: &tokio::runtime::Runtime,
-    cluster: Option<ClusterHost>,
-    print: bool,
-) -> std::collections::BTreeMap<usize, f64> {
+/// What one session measured.
+struct Turns {
+    /// Per row of [`ROWS`], the median overhead of the 5 turns up to it; key 0, the median over
+    /// turns 2–100.
+    rows: std::collections::BTreeMap<usize, f64>,
+    /// The median overhead over turns 2–20, 41–60 and 81–100.
+    windows: [f64; 3],
+}
+
+/// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and what it
+/// measured.
+fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool) -> Turns {
     rt.block_on(async {
         // `CAPSULE_BENCH_TURNS`: a longer session, for a profile in which the turns outweigh the
         // set-up (the tables still read turns 1–100).
@@ -161,8 +167,10 @@ fn per_turn(
         let mut row: std::collections::BTreeMap<usize, f64> = ROWS.iter().map(|&t| (t, median_to(t))).collect();
         // Key 0: the median over turns 2–100, the steadiest single figure of a session.
         row.insert(0, median(&mut (2..=TURNS).map(overhead).collect::<Vec<_>>()));
+        let window = |a: usize, b: usize| median(&mut (a..=b).map(overhead).collect::<Vec<_>>());
+        let windows = [window(2, 20), window(41, 60), window(81, 100)];
         if !print {
-            return row;
+            return Turns { rows: row, windows };
         }
         let trace: Vec<serde_json::Value> = std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         let calls: Vec<(f64, u64)> = trace.iter().filter(|e| e["event_type"] == "inference").map(|e| (e["call_ms"].as_f64().unwrap_or(0.0), e["instantiate_us"].as_u64().unwrap_or(0))).collect();
@@ -181,13 +189,34 @@ fn per_turn(
             let med = row[&t];
             println!("| {t} | {wall:.3} | {stub_ms:.3} | {:.3} | {med:.3} | {call_ms:.3} ({inst}) | {} | {body_kib:.1} |", wall - stub_ms, tools.get(t - 1).copied().unwrap_or(0));
         }
-        let window = |a: usize, b: usize| median(&mut (a..=b).map(overhead).collect::<Vec<_>>());
-        let (early, late) = (window(2, 20), window(81, 100));
-        println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {early:.3} / {:.3} / {late:.3} ms", window(41, 60));
+        let [early, middle, late] = windows;
+        println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {early:.3} / {middle:.3} / {late:.3} ms");
         println!("\nFlatness by windows: turns 81–100 / turns 2–20 = {:.2}", late / early);
         println!("\nFlatness: turn 100 / turn 1 = {:.2}; around turn 100 / around turn 2 = {:.2} (turn 1 also pays first-use costs)", row[&100] / row[&1], row[&100] / row[&2]);
-        row
+        Turns { rows: row, windows }
     })
+}
+
+/// More sessions like the printed one (`CAPSULE_BENCH_SESSIONS` in all, 5 unless set): one
+/// session's ratios are at the mercy of a noisy machine, the median of several much less.
+fn per_turn_sessions(rt: &tokio::runtime::Runtime, first: Turns) {
+    let n = std::env::var("CAPSULE_BENCH_SESSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(5usize).max(1);
+    let mut all = vec![first];
+    all.extend((1..n).map(|_| per_turn(rt, None, false)));
+    let across = |f: &dyn Fn(&Turns) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
+    println!("\n### The same over {n} sessions (medians across sessions)\n");
+    println!("| turn | median overhead, 5 turns to here, ms |");
+    println!("|---|---|");
+    for t in ROWS {
+        println!("| {t} | {:.3} |", across(&|s| s.rows[&t]));
+    }
+    let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
+    println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {early:.3} / {middle:.3} / {late:.3} ms");
+    println!(
+        "\nFlatness by windows: turns 81–100 / turns 2–20 = {:.2}; turn 100 / turn 1 = {:.2}",
+        late / early,
+        across(&|s| s.rows[&100]) / across(&|s| s.rows[&1])
+    );
 }
 
 /// The per-turn overhead with the journal on JetStream (R3) next to the file journal, sessions
@@ -251,9 +280,9 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
     println!("| turn | files ms | JetStream ms | difference ms | JetStream via a follower ms | difference ms |");
     println!("|---|---|---|---|---|---|");
     for t in ROWS.into_iter().chain([0]) {
-        let mut f: Vec<f64> = files.iter().map(|r| r[&t]).collect();
-        let mut j: Vec<f64> = js.iter().map(|r| r[&t]).collect();
-        let mut v: Vec<f64> = far.iter().map(|r| r[&t]).collect();
+        let mut f: Vec<f64> = files.iter().map(|r| r.rows[&t]).collect();
+        let mut j: Vec<f64> = js.iter().map(|r| r.rows[&t]).collect();
+        let mut v: Vec<f64> = far.iter().map(|r| r.rows[&t]).collect();
         let (f, j, v) = (median(&mut f), median(&mut j), median(&mut v));
         let label = if t == 0 { format!("all of 2–{TURNS}") } else { t.to_string() };
         println!("| {label} | {f:.3} | {j:.3} | {:+.3} | {v:.3} | {:+.3} |", j - f, v - f);
@@ -311,7 +340,8 @@ fn main() {
     if only("--startup") {
         return;
     }
-    per_turn(&rt, None, true);
+    let first = per_turn(&rt, None, true);
+    per_turn_sessions(&rt, first);
     if !only("--turns") {
         cluster_per_turn(&rt);
     }

@@ -122,6 +122,9 @@ impl Parser {
                 self.name.push_str(value);
             }
             "data" => {
+                // Room for the line and its `\n` at once: the event's data is a fresh string
+                // (the last one went with its event), and growing it twice costs two allocations.
+                self.data.reserve(value.len() + 1);
                 self.data.push_str(value);
                 self.data.push('\n');
                 self.has_data = true;
