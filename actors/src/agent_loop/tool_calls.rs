@@ -88,7 +88,7 @@ impl LoopState {
         let answer = ToolAnswer::new(move |reply| {
             let _ = loop_ref.cast(LoopMsg::ToolDone { attempt, reply });
         });
-        let run = ToolsMsg::Run { name, input: input.to_string(), events, answer };
+        let run = ToolsMsg::Run { name, input: json_text(&input), events, answer };
         if let Err(e) = self.peer(role::TOOLS).tell(run) {
             tracing::warn!(session = self.sid(), error = %e, "a tool call could not be handed to the tools actor");
         }
@@ -121,17 +121,18 @@ impl LoopState {
         if let Err(e) = recorded {
             return self.fail_unjournaled(e).await;
         }
+        let input_bytes = json_text(&input).len();
         self.span(
             "capsule.tool_call",
             call_started,
             vec![
                 opentelemetry::KeyValue::new("tool_name", name.clone()),
-                opentelemetry::KeyValue::new("input_bytes", input.to_string().len() as i64),
+                opentelemetry::KeyValue::new("input_bytes", input_bytes as i64),
                 opentelemetry::KeyValue::new("output_bytes", reply.content.len() as i64),
                 opentelemetry::KeyValue::new("status", if reply.is_error { "failed" } else { "passed" }),
             ],
         );
-        self.tool_answered(&name, input.to_string().len() as u64, &reply).await;
+        self.tool_answered(&name, input_bytes as u64, &reply).await;
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {
@@ -172,4 +173,11 @@ impl LoopState {
 /// The fields of a `tool_call_started` line.
 pub(crate) fn started_fields(task_id: &str, call_id: &str, name: &str, input: &serde_json::Value) -> serde_json::Value {
     json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input})
+}
+
+/// A value's compact JSON text. `serde_json::to_string` writes straight into the string;
+/// `Value`'s `Display` (`to_string()`) goes through the formatter a piece at a time, several
+/// times slower. A `Value` always serializes (its keys are strings).
+fn json_text(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
