@@ -15,6 +15,8 @@ pub struct Tool<'a> {
     name: Option<Raw<'a>>,
     description: Option<Raw<'a>>,
     parameters: Option<Raw<'a>>,
+    /// The keys of `parameters` the drivers check, read in the same pass (an object only).
+    keys: SchemaKeys<'a>,
 }
 
 impl<'a> Fields<'a> for Tool<'a> {
@@ -22,7 +24,15 @@ impl<'a> Fields<'a> for Tool<'a> {
         match &*key {
             "name" => self.name = raw(scan)?,
             "description" => self.description = raw(scan)?,
-            "parameters" => self.parameters = raw(scan)?,
+            "parameters" => {
+                // An object is read for its keys as it is passed, so that the schema (most of a
+                // tool's text) is not scanned a second time when a driver asks for them.
+                scan.peek();
+                let start = scan.position();
+                let keys = Obj::<SchemaKeys>::read(scan)?;
+                self.parameters = Some(Raw::checked(&scan.text()[start..scan.position()]));
+                self.keys = keys.fields;
+            }
             _ => skip(scan)?,
         }
         Ok(())
@@ -59,10 +69,9 @@ impl<'a> Tool<'a> {
             Some(p) if p.is_object() => p.json(),
             Some(_) => return Err(format!("{}.parameters must be a JSON Schema object", At::Tool(i))),
         };
-        // The object was checked when the input was read; reading its
-        // top-level keys again cannot fail.
-        let keys = Obj::<SchemaKeys>::read(&mut Scan::new(json)).map(|o| o.fields).unwrap_or_default();
-        Ok(Schema { json, kind: keys.kind, has_properties: keys.has_properties })
+        // Read with the object (none when it is absent or `null`).
+        let keys = &self.keys;
+        Ok(Schema { json, kind: keys.kind.clone(), has_properties: keys.has_properties })
     }
 }
 
