@@ -55,8 +55,7 @@ impl Parser {
         let mut events = Vec::new();
         let mut start = 0;
         let outcome = loop {
-            let Some(at) = pending[start..].iter().position(|&b| b == b'\n' || b == b'\r') else { break Ok(()) };
-            let i = start + at;
+            let Some(i) = line_break(&pending, start) else { break Ok(()) };
             let end_len = match pending[i] {
                 b'\n' => 1,
                 _ => match pending.get(i + 1) {
@@ -141,6 +140,24 @@ impl Parser {
     }
 }
 
+/// The index of the first `\n` or `\r` at or after `from`. Eight bytes at a time: a byte is
+/// flagged by the usual zero-byte test, and the lowest flag is always a true match (a borrow
+/// only runs upward, from a byte that is itself a match).
+fn line_break(bytes: &[u8], mut from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    while let Some(chunk) = bytes.get(from..from + 8) {
+        let v = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let flags = zero(v ^ (ONES * u64::from(b'\n'))) | zero(v ^ (ONES * u64::from(b'\r')));
+        if flags != 0 {
+            return Some(from + (flags.trailing_zeros() / 8) as usize);
+        }
+        from += 8;
+    }
+    bytes.get(from..)?.iter().position(|&b| b == b'\n' || b == b'\r').map(|at| from + at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +181,28 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn line_breaks_are_found_as_a_byte_by_byte_search_finds_them() {
+        // Bytes next to `\n` and `\r` in value, with the high bit set, and zero.
+        let alphabet = [b'\n', b'\r', b'a', 0x8a, 0x8d, 0x00, 0x0b, 0x0c, 0x09, 0xff, 0x0e];
+        let mut seed: u64 = 0x853c_49e6_748f_ea9b;
+        for _ in 0..4000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 41) as usize;
+            let bytes: Vec<u8> =
+                (0..len).map(|i| alphabet[((seed >> (i % 60)) as usize + i * 7) % alphabet.len()]).collect();
+            for from in 0..=len + 1 {
+                let naive = bytes
+                    .get(from..)
+                    .and_then(|rest| rest.iter().position(|&b| b == b'\n' || b == b'\r'))
+                    .map(|at| from + at);
+                assert_eq!(line_break(&bytes, from), naive, "{bytes:?} from {from}");
+            }
+        }
     }
 
     #[test]
