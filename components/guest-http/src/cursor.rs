@@ -112,6 +112,14 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
+    /// [`Cursor::key`] as text.
+    #[inline(always)]
+    pub fn key_str(&mut self) -> Option<&'a str> {
+        let start = self.at + 1;
+        let key = self.key()?;
+        self.text.get(start..start + key.len())
+    }
+
     /// A key without escapes and its `:`; the key's bytes.
     #[inline(always)]
     pub fn key(&mut self) -> Option<&'a [u8]> {
