@@ -80,21 +80,21 @@ pub fn call<A: Answer>(target: &Target, headers: &[(&str, &str)], body: &[u8], a
 /// Hand one read of the SSE body (`None`: the body ended) to the parser and
 /// the events it completes to the answer. True when nothing more is needed.
 pub fn feed<A: Answer>(parser: &mut sse::Parser, answer: &mut A, read: Option<&[u8]>) -> bool {
-    let events = match read {
-        Some(bytes) => parser.push(bytes),
-        None => parser.finish(),
+    let mut finished = false;
+    let mut each = |event: &sse::Event| {
+        answer.event(event);
+        finished = answer.is_finished();
+        !finished
     };
-    let Ok(events) = events else {
+    let parsed = match read {
+        Some(bytes) => parser.push_each(bytes, &mut each),
+        None => parser.finish_each(&mut each),
+    };
+    if parsed.is_err() {
         answer.fail("the response body is not valid UTF-8".to_string());
         return true;
-    };
-    for event in events {
-        answer.event(&event);
-        if answer.is_finished() {
-            return true;
-        }
     }
-    read.is_none()
+    finished || read.is_none()
 }
 
 /// A non-streaming (`application/json`) response.

@@ -17,7 +17,7 @@
 //! discarded, as the standard says, so a truncated stream looks truncated.
 
 /// One dispatched event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Event {
     /// The `event:` field, empty when the server sent none.
     pub name: String,
@@ -36,10 +36,14 @@ pub struct Parser {
     pending: Vec<u8>,
     /// Whether the very first line has been seen (for the BOM rule).
     started: bool,
-    name: String,
-    data: String,
+    /// The event being built; handed out by reference when dispatched, then emptied (its
+    /// strings keep their room for the next one).
+    event: Event,
     has_data: bool,
 }
+
+/// What the caller says after each event: `true` to go on, `false` to stop reading.
+pub type Each<'e> = &'e mut dyn FnMut(&Event) -> bool;
 
 impl Parser {
     pub fn new() -> Self {
@@ -48,11 +52,21 @@ impl Parser {
 
     /// Feed the next bytes of the stream; returns every event they complete.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Event>, NotUtf8> {
+        let mut events = Vec::new();
+        self.push_each(bytes, &mut |e| {
+            events.push(e.clone());
+            true
+        })?;
+        Ok(events)
+    }
+
+    /// Feed the next bytes of the stream; `each` gets every event they complete, in order,
+    /// until it says to stop (the rest of these bytes is then left unread).
+    pub fn push_each(&mut self, bytes: &[u8], each: Each) -> Result<(), NotUtf8> {
         // The buffer is taken out while its lines are read (they borrow it), and what is left
         // of it goes back: no line is copied.
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend_from_slice(bytes);
-        let mut events = Vec::new();
         let mut start = 0;
         let outcome = loop {
             let Some(i) = line_break(&pending, start) else { break Ok(()) };
@@ -66,14 +80,17 @@ impl Parser {
                     None => break Ok(()),
                 },
             };
-            if let Err(e) = self.line(&pending[start..i], &mut events) {
-                break Err(e);
-            }
+            let line = self.line(&pending[start..i], each);
             start = i + end_len;
+            match line {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
         };
         pending.drain(..start);
         self.pending = pending;
-        outcome.map(|()| events)
+        outcome
     }
 
     /// The stream has ended. A `\r` held back as possibly half of `\r\n`
@@ -81,15 +98,25 @@ impl Parser {
     /// so is an event still waiting for its closing blank line.
     pub fn finish(&mut self) -> Result<Vec<Event>, NotUtf8> {
         let mut events = Vec::new();
-        let rest = std::mem::take(&mut self.pending);
-        if let Some(line) = rest.strip_suffix(b"\r") {
-            self.line(line, &mut events)?;
-        }
-        self.reset_event();
+        self.finish_each(&mut |e| {
+            events.push(e.clone());
+            true
+        })?;
         Ok(events)
     }
 
-    fn line(&mut self, raw: &[u8], events: &mut Vec<Event>) -> Result<(), NotUtf8> {
+    /// [`Parser::finish`], each event to `each`.
+    pub fn finish_each(&mut self, each: Each) -> Result<(), NotUtf8> {
+        let rest = std::mem::take(&mut self.pending);
+        if let Some(line) = rest.strip_suffix(b"\r") {
+            self.line(line, each)?;
+        }
+        self.reset_event();
+        Ok(())
+    }
+
+    /// One line; whether to go on.
+    fn line(&mut self, raw: &[u8], each: Each) -> Result<bool, NotUtf8> {
         let mut raw = raw;
         if !self.started {
             self.started = true;
@@ -97,16 +124,16 @@ impl Parser {
         }
         let line = std::str::from_utf8(raw).map_err(|_| NotUtf8)?;
         if line.is_empty() {
+            let mut go_on = true;
             if self.has_data {
-                let mut data = std::mem::take(&mut self.data);
-                data.pop(); // the `\n` after the last data line
-                events.push(Event { name: std::mem::take(&mut self.name), data });
+                self.event.data.pop(); // the `\n` after the last data line
+                go_on = each(&self.event);
             }
             self.reset_event();
-            return Ok(());
+            return Ok(go_on);
         }
         if line.starts_with(':') {
-            return Ok(());
+            return Ok(true);
         }
         let (field, value) = match line.bytes().position(|b| b == b':') {
             Some(colon) => {
@@ -117,25 +144,22 @@ impl Parser {
         };
         match field {
             "event" => {
-                self.name.clear();
-                self.name.push_str(value);
+                self.event.name.clear();
+                self.event.name.push_str(value);
             }
             "data" => {
-                // Room for the line and its `\n` at once: the event's data is a fresh string
-                // (the last one went with its event), and growing it twice costs two allocations.
-                self.data.reserve(value.len() + 1);
-                self.data.push_str(value);
-                self.data.push('\n');
+                self.event.data.push_str(value);
+                self.event.data.push('\n');
                 self.has_data = true;
             }
             _ => {}
         }
-        Ok(())
+        Ok(true)
     }
 
     fn reset_event(&mut self) {
-        self.name.clear();
-        self.data.clear();
+        self.event.name.clear();
+        self.event.data.clear();
         self.has_data = false;
     }
 }
