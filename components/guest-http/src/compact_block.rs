@@ -99,3 +99,43 @@ fn common<'a>(c: &mut Cursor<'a>, start: usize, depth: u32) -> Option<Block<'a>>
     c.eat(b'}')?;
     Some(Block::Call { rest: c.since(rest), id, name, input })
 }
+
+/// A tool message's fields after its `role`, exactly as the runtime writes them:
+/// `,"content":[{"type":"text","text":…}],"tool_call_id":…,"is_error":…}`.
+pub struct ToolTail<'a> {
+    /// The tool call's id (a string literal, not empty).
+    pub id: &'a [u8],
+    pub is_error: bool,
+    /// The text block, whole, and its text (a string literal).
+    pub block: &'a [u8],
+    pub text: &'a [u8],
+}
+
+/// The rest of a tool message (its `role` read) when it is in the runtime's exact form, its
+/// values inside `depth` open containers around the list; `None` otherwise (the cursor is then
+/// anywhere inside it).
+pub fn tool_tail<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<ToolTail<'a>> {
+    if !c.literal(br#","content":["#) {
+        return None;
+    }
+    // Inside the request, the list, the message, its content and the block.
+    let Block::Text { block, text } = read(c, depth + 4)? else { return None };
+    if !c.literal(br#"],"tool_call_id":"#) {
+        return None;
+    }
+    let id = c.position();
+    c.pass_string()?;
+    let id = c.since(id);
+    if !c.literal(br#","is_error":"#) || id == b"\"\"" {
+        return None;
+    }
+    let is_error = if c.literal(b"true") {
+        true
+    } else if c.literal(b"false") {
+        false
+    } else {
+        return None;
+    };
+    c.eat(b'}')?;
+    Some(ToolTail { id, is_error, block, text })
+}

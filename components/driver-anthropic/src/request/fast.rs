@@ -102,12 +102,13 @@ fn tool_message(
     depth: u32,
 ) -> Option<()> {
     let at = c.position();
-    let common = common_tool_message(c, depth);
+    let common = compact_block::tool_tail(c, depth);
     if common.is_none() {
         c.rewind(at);
     }
     let (id, is_error, content) = match common {
-        Some(fields) => fields,
+        // The text block as it came is the content, unless its text is empty.
+        Some(t) => (t.id, t.is_error, if t.text == b"\"\"" { &[][..] } else { t.block }),
         None => any_tool_message(c, scratch, depth)?,
     };
     if !*results {
@@ -126,35 +127,6 @@ fn tool_message(
     }
     out.push(b'}');
     Some(())
-}
-
-/// A tool message's fields after its `role` exactly as the runtime writes them
-/// (`,"content":[{"type":"text","text":…}],"tool_call_id":…,"is_error":…}`): its id, its flag
-/// and its content (the text block as it came, or nothing when its text is empty). `None` when
-/// it is written otherwise.
-fn common_tool_message<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<(&'a [u8], bool, &'a [u8])> {
-    if !c.literal(br#","content":["#) {
-        return None;
-    }
-    let Block::Text { block, text } = compact_block::read(c, depth + 4)? else { return None };
-    if !c.literal(br#"],"tool_call_id":"#) {
-        return None;
-    }
-    let id = c.position();
-    c.pass_string()?;
-    let id = c.since(id);
-    if !c.literal(br#","is_error":"#) || id == b"\"\"" {
-        return None;
-    }
-    let is_error = if c.literal(b"true") {
-        true
-    } else if c.literal(b"false") {
-        false
-    } else {
-        return None;
-    };
-    c.eat(b'}')?;
-    Some((id, is_error, if text == b"\"\"" { &[] } else { block }))
 }
 
 /// A tool message's fields after its `role`, in any order: its id, its flag and its

@@ -56,6 +56,12 @@ fn message<'a>(c: &mut Cursor<'a>, out: &mut Vec<u8>, parts: &mut Vec<Part<'a>>,
     let role = if c.literal(br#""assistant""#) {
         Role::Assistant
     } else if c.literal(br#""tool""#) {
+        let at = c.position();
+        if let Some(t) = compact_block::tool_tail(c, depth) {
+            tool(out, &[Part::Text(t.text)], t.id, t.is_error);
+            return Some(());
+        }
+        c.rewind(at);
         Role::Tool
     } else if c.literal(br#""user""#) {
         Role::User
