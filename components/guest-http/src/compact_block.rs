@@ -7,10 +7,13 @@
 //! driver can copy most of a block in one piece. Any other block is read key by key into
 //! [`Fields`].
 //!
+//! [`tool_tail`] reads the rest of a tool message in the same way, when it is written exactly as
+//! the runtime writes it.
+//!
 //! Guarantees: every byte passed is checked as the [`Cursor`] checks it; the slices handed back
 //! are whole JSON values (or, for the `rest` of a [`Block::Call`], the block's text from its
-//! `id` value to its end); `None` means the cursor met something it does not read, or an image's `source`,
-//! which the general reader handles.
+//! `id` value to its end); `None` means the cursor met something it does not read, or an
+//! image's `source`, which the general reader handles.
 
 use crate::cursor::Cursor;
 
