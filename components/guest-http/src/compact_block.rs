@@ -52,6 +52,13 @@ pub fn read<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Block<'a>> {
         return Some(block);
     }
     c.rewind(start);
+    fields(c, depth).map(Block::Other)
+}
+
+/// The block at `c` read key by key (the last of duplicate keys wins, unknown keys passed),
+/// its values inside `depth` open containers; `None` at an image's `source` (the general
+/// reader's) or anything the cursor does not read.
+pub fn fields<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Fields<'a>> {
     let mut f = Fields::default();
     c.object(|c, key| {
         let slot = match key {
@@ -62,14 +69,13 @@ pub fn read<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Block<'a>> {
             b"input" => &mut f.input,
             b"signature" => &mut f.signature,
             b"data" => &mut f.data,
-            // An image's source is the general reader's.
             b"source" => return None,
             _ => return c.value(depth).map(drop),
         };
         *slot = Some(c.value(depth)?);
         Some(())
     })?;
-    Some(Block::Other(f))
+    Some(f)
 }
 
 /// The block at `start` when it is written exactly as the runtime writes a text or a tool

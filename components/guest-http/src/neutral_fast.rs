@@ -20,6 +20,7 @@
 //! every cut and one-byte change of generated histories).
 
 use super::{Block, Content, Message, Obj, Raw, Shape};
+use crate::compact_block;
 use crate::cursor::Cursor;
 use crate::scan::Scan;
 
@@ -61,24 +62,18 @@ fn content<'a>(c: &mut Cursor<'a>) -> Option<Content<'a>> {
 
 fn block<'a>(c: &mut Cursor<'a>) -> Option<Obj<Block<'a>>> {
     // Inside the request, the list, the message, its content and this block.
-    let depth = c.depth() + 4;
-    let mut b = Block::default();
-    c.object(|c, key| {
-        let slot = match key {
-            b"type" => &mut b.kind,
-            b"text" => &mut b.text,
-            b"id" => &mut b.id,
-            b"name" => &mut b.name,
-            b"input" => &mut b.input,
-            b"signature" => &mut b.signature,
-            b"data" => &mut b.data,
-            // An image's source is read by the general reader.
-            b"source" => return None,
-            _ => return c.value(depth).map(drop),
-        };
-        *slot = Some(Raw::checked(c.value(depth)?));
-        Some(())
-    })?;
+    let f = compact_block::fields(c, c.depth() + 4)?;
+    let raw = |v: Option<&'a str>| v.map(Raw::checked);
+    let b = Block {
+        kind: raw(f.kind),
+        text: raw(f.text),
+        id: raw(f.id),
+        name: raw(f.name),
+        input: raw(f.input),
+        signature: raw(f.signature),
+        data: raw(f.data),
+        source: None,
+    };
     Some(Obj { shape: Shape::Object, fields: b })
 }
 
