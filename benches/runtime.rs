@@ -10,6 +10,8 @@
 //!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
 //!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20), then the
 //!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default);
+//! - the same per-turn overhead when the stub takes 20 ms to answer each request, next to the
+//!   instant stub's, in alternating sessions (`--think` prints this table alone);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
 //!   `nats-server` cluster on loopback, R3, started here) next to the file journal, in one run
 //!   (`--cluster` prints this table alone): once from a host connected to the journal stream's
@@ -114,11 +116,17 @@ struct Turns {
 /// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and what it
 /// measured.
 fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool) -> Turns {
+    per_turn_thinking(rt, cluster, print, 0)
+}
+
+/// [`per_turn`] with the stub taking `think_ms` before each answer, as a provider would.
+fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool, think_ms: u64) -> Turns {
     rt.block_on(async {
         // `CAPSULE_BENCH_TURNS`: a longer session, for a profile in which the turns outweigh the
         // set-up (the tables still read turns 1–100).
         let n = std::env::var("CAPSULE_BENCH_TURNS").ok().and_then(|v| v.parse().ok()).unwrap_or(TURNS).max(TURNS);
-        let mut turns: Vec<Turn> = (0..n).map(|i| Turn { text: Some(format!("step {i}")), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
+        let think = (think_ms > 0).then_some(think_ms);
+        let mut turns: Vec<Turn> = (0..n).map(|i| Turn { text: Some(format!("step {i}")), delay_ms: think, ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
         let stub = Stub::start(Script::new(turns)).expect("stub");
         let work = tempfile::tempdir().expect("tempdir");
@@ -217,6 +225,34 @@ fn per_turn_sessions(rt: &tokio::runtime::Runtime, first: Turns) {
         late / early,
         across(&|s| s.rows[&100]) / across(&|s| s.rows[&1])
     );
+}
+
+/// Provider time per answer in [`think_time`]'s slow sessions.
+const THINK_MS: u64 = 20;
+
+/// The per-turn overhead when the provider takes [`THINK_MS`] to answer, as a real one takes
+/// seconds, next to the instant stub's, in sessions that alternate (`CAPSULE_BENCH_SESSIONS`
+/// pairs, 3 unless set). Back to back, a turn's code and data are still in the CPU's caches and
+/// its threads still awake from the turn before; after a pause they are not, and the same work
+/// takes longer.
+fn think_time(rt: &tokio::runtime::Runtime) {
+    let n = std::env::var("CAPSULE_BENCH_SESSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3usize).max(1);
+    let mut runs: [Vec<Turns>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..n {
+        for (i, think) in [0, THINK_MS].into_iter().enumerate() {
+            runs[i].push(per_turn_thinking(rt, None, false, think));
+        }
+    }
+    println!(
+        "\n## Per-turn overhead when the provider takes time to answer ({n} sessions each, alternating; medians across sessions)\n"
+    );
+    println!("| provider time per answer | turn 1 ms | turns 2–20 ms | turns 41–60 ms | turns 81–100 ms |");
+    println!("|---|---|---|---|---|");
+    for (think, all) in [0, THINK_MS].into_iter().zip(&runs) {
+        let across = |f: &dyn Fn(&Turns) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
+        let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
+        println!("| {think} ms | {:.3} | {early:.3} | {middle:.3} | {late:.3} |", across(&|s| s.rows[&1]));
+    }
 }
 
 /// The per-turn overhead with the journal on JetStream (R3) next to the file journal, sessions
@@ -328,11 +364,14 @@ fn main() {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     // `--startup`: only the start-up table; `--turns`: only the per-turn table (for profiling
-    // it alone); `--cluster`: only the
-    // JetStream comparison.
+    // it alone); `--think`: only the per-turn overhead with and without provider time;
+    // `--cluster`: only the JetStream comparison.
     let only = |flag: &str| std::env::args().any(|a| a == flag);
     if only("--cluster") {
         return cluster_per_turn(&rt);
+    }
+    if only("--think") {
+        return think_time(&rt);
     }
     if !only("--turns") {
         startup(&rt);
@@ -343,6 +382,7 @@ fn main() {
     let first = per_turn(&rt, None, true);
     per_turn_sessions(&rt, first);
     if !only("--turns") {
+        think_time(&rt);
         cluster_per_turn(&rt);
     }
 }

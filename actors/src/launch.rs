@@ -283,6 +283,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
         let grants = grants_for(&m, decl, &caps, opts, session_id, (&files, &disk))?;
         artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
     }
+    LoadedArtifact::warm_call_thread(artifacts.iter().map(|a| &a.grants));
     if lock.is_none() {
         write_lock(&dir, locked, &mut warnings);
     }

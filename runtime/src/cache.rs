@@ -102,6 +102,9 @@ impl ComponentCache {
                 c
             }
         };
+        // The linear memories' copy-on-write images now, at load, rather than inside the first
+        // call's instantiation (a memfd written and sealed per memory, on that call's turn).
+        component.initialize_copy_on_write_image()?;
         self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, component.clone());
         Ok((component, hit))
     }

@@ -197,6 +197,20 @@ pub(crate) fn arm_deadline(store: &mut Store<StoreState>, deadline: Duration) ->
 }
 
 impl LoadedArtifact {
+    /// Start, ahead of the first call, one blocking-pool thread if a call with any of `grants`
+    /// would run on one (see [`LoadedArtifact::call`]); nothing when every call stays on the
+    /// runtime's workers or there is no runtime. A first tool call otherwise creates the thread
+    /// itself, about 50 µs of its turn. tokio keeps an idle blocking thread for 10 s, so a call
+    /// that comes later pays for its thread as before: this only takes the cost out of a quick
+    /// first turn.
+    pub fn warm_call_thread<'a>(grants: impl IntoIterator<Item = &'a Grants>) {
+        if grants.into_iter().any(Grants::has_folder)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn_blocking(|| ()));
+        }
+    }
+
     /// Run one call with the given grants; live events go to `events`.
     ///
     /// A tool with a folder runs on a thread of its own from tokio's blocking pool, and its
