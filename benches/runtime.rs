@@ -185,7 +185,7 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         let tools: Vec<u64> = trace.iter().filter(|e| e["event_type"] == "tool_call").map(|e| e["duration_ms"].as_u64().unwrap_or(0)).collect();
         println!("\n## Per-turn runtime overhead (turn wall time − stub time), one session of {} turns\n", n + 1);
         println!("Each turn: driver instantiate + neutral→Anthropic translation + loopback HTTP + SSE parse in the component + one real file-tool call + loop bookkeeping.\n");
-        println!("| turn | wall ms | stub ms | overhead ms | median overhead, 5 turns to here | of which: gateway call ms (instantiate µs) | tool ms | request body KiB |");
+        println!("| turn | wall ms | stub ms | overhead ms | median overhead, 5 turns to here | of which: gateway call ms (instantiate µs) | tool ms (the trace's whole ms) | request body KiB |");
         println!("|---|---|---|---|---|---|---|---|");
         // A turn's overhead: its wall time minus the stub's; the median over the 5 turns ending at
         // the named one (a single turn is at the mercy of this noisy machine).
