@@ -2,8 +2,9 @@
 //! Run: `cargo bench --bench calls`
 //!
 //! - **The file tool lists a folder** (`components/dist/tool-files.wasm`, a folder of five
-//!   entries): the call as the tools actor makes it, a tool with a folder, so it runs on a
-//!   blocking-pool thread with its file operations inline (`LoadedArtifact::call`).
+//!   entries): the call as the tools actor makes it, on a runtime worker, a tool with a
+//!   folder, so its file operations run inline and each poll in `block_in_place`
+//!   (`LoadedArtifact::call`).
 //! - **A driver's work before it sends, by history length.** `driver-anthropic` and
 //!   `driver-openai` get a neutral request of 1 + 2·N messages (N tool calls listing a folder,
 //!   each with its result, the shape of the runtime bench's task) with no gateway route, so the
@@ -16,9 +17,10 @@
 //! calls taking turns, so a change to a driver is compared within one run of a noisy machine.
 //!
 //! Figures are medians of `CALLS` calls after `WARMUP` untimed ones, in µs: `instantiate` and
-//! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, the hop to the
-//! call's thread and the store's drop). The last column is what the pool's freed memories keep
-//! resident after the row (all slots so far; `CAPSULE_KEEP_RESIDENT=0` keeps none).
+//! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, for the file tool
+//! the hand-off of the worker's queue, and the store's drop). The last column is what the
+//! pool's freed memories keep resident after the row (all slots so far;
+//! `CAPSULE_KEEP_RESIDENT=0` keeps none).
 
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{Block, DriverRequest, Message, Role};
@@ -203,7 +205,9 @@ fn main() {
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    // Spawned: the calls run on a runtime worker, as the tools actor's and the gateway's do,
+    // not on the thread that waits in `block_on`.
+    let calls = rt.spawn(async {
         let cache = repo().join("target/bench-component-cache");
         let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
         println!("# One call at a time\n");
@@ -211,4 +215,5 @@ fn main() {
         driver(&host, "anthropic").await;
         driver(&host, "openai").await;
     });
+    rt.block_on(calls).expect("the bench's calls");
 }

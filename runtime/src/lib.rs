@@ -28,6 +28,7 @@ mod grants;
 mod hook;
 mod limiter;
 mod load;
+mod off_worker;
 mod policy;
 mod state;
 mod upstream;

@@ -137,10 +137,70 @@ async fn guest_spin_forever_lets_the_runtimes_other_tasks_run() {
     assert!(other < ended);
 }
 
-/// A tool with a folder runs on a thread of its own; dropping its call still stops it there,
-/// long before its deadline: the store (which holds the call's event sink) is dropped.
+/// A tool with a folder runs its file operations inline on the thread that runs the call;
+/// dropping its call still stops it, long before its deadline: the store (which holds the call's
+/// event sink) is dropped. On the multi-thread runtime the call runs in `block_in_place` poll by
+/// poll; on the current-thread runtime, on a blocking-pool thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_of_a_tool_with_a_folder_stops_on_the_multi_thread_runtime() {
+    a_dropped_call_of_a_tool_with_a_folder_stops().await;
+}
+
 #[tokio::test]
 async fn a_dropped_call_of_a_tool_with_a_folder_stops_on_its_thread() {
+    a_dropped_call_of_a_tool_with_a_folder_stops().await;
+}
+
+/// A tool whose file operation blocks (here opening a FIFO no one writes to, as a stalled disk
+/// would hold it) holds only its own thread: the runtime's one worker goes on running other
+/// tasks, and the call ends once the operation does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_tool_blocked_in_a_file_operation_leaves_the_runtimes_worker_free() {
+    let scope = tempfile::tempdir().expect("tempdir");
+    let fifo = scope.path().join("slow");
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("fifo");
+    let grants = tool_grants(Some(scope.path().to_path_buf()), Limits::default());
+    let host = host();
+    let files = LoadedArtifact::load_file(&host, "tool-files", &dist("tool-files")).expect("loads");
+    let input = ToolInput { data: Some(r#"{"op":"read","path":"slow"}"#.into()), log_path: None };
+    // Spawned, so the call runs on the worker, not on this test's own thread.
+    let call = tokio::spawn(async move { files.call(&host, &grants, Arc::new(NoEvents), input).await });
+    // Some thread of this process waits in the FIFO's open for a writer (the kernel names where
+    // a thread sleeps in /proc); until then the tool has not reached its read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !a_thread_waits_in("wait_for_partner") {
+        assert!(std::time::Instant::now() < deadline, "the tool never opened the FIFO");
+        assert!(!call.is_finished(), "the call ended before it opened the FIFO");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Timed by this thread's clock: a blocked worker would also stop tokio's timers.
+    let other = tokio::spawn(async { 7 });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !other.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (worker_was_free, call_was_waiting) = (other.is_finished(), !call.is_finished());
+    // A writer lets the open finish (a FIFO cannot be read at an offset, so the read then fails);
+    // opened before any assertion, so a failing run ends instead of waiting on the FIFO.
+    use std::os::unix::fs::OpenOptionsExt;
+    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    let writer = std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(&fifo).expect("writer");
+    assert!(worker_was_free, "the worker ran no other task while the tool's open blocked");
+    assert!(call_was_waiting, "the open was still waiting for a writer");
+    assert_eq!(other.await.expect("joins"), 7);
+    let out = call.await.expect("joins");
+    drop(writer);
+    let r = out.result.expect("the tool returns");
+    assert!(r.summary.unwrap_or_default().contains("cannot read `slow`"));
+}
+
+/// Whether a thread of this process sleeps in the kernel function `wchan`.
+fn a_thread_waits_in(wchan: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
+}
+
+async fn a_dropped_call_of_a_tool_with_a_folder_stops() {
     let scope = tempfile::tempdir().expect("tempdir");
     let limits = Limits { deadline_seconds: 600, ..Limits::default() };
     let grants = tool_grants(Some(scope.path().to_path_buf()), limits);
