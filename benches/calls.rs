@@ -2,8 +2,8 @@
 //! Run: `cargo bench --bench calls`
 //!
 //! - **The file tool lists a folder** (`components/dist/tool-files.wasm`, a folder of five
-//!   entries): the call as the tools actor makes it, on a runtime worker, a tool with a
-//!   folder, so its file operations run inline and each poll in `block_in_place`
+//!   entries): the call as the tools actor makes it, from a runtime worker, a tool with a
+//!   folder, so it runs on a blocking-pool thread with its file operations inline
 //!   (`LoadedArtifact::call`).
 //! - **A driver's work before it sends, by history length.** `driver-anthropic` and
 //!   `driver-openai` get a neutral request of 1 + 2·N messages (N tool calls listing a folder,
@@ -18,7 +18,7 @@
 //!
 //! Figures are medians of `CALLS` calls after `WARMUP` untimed ones, in µs: `instantiate` and
 //! `call` from `CallOutcome`, `wall` around `call()` (it adds the new store, for the file tool
-//! the hand-off of the worker's queue, and the store's drop). The last column is what the
+//! the hop to the call's thread and back, and the store's drop). The last column is what the
 //! pool's freed memories keep resident after the row (all slots so far;
 //! `CAPSULE_KEEP_RESIDENT=0` keeps none).
 

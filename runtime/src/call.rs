@@ -198,8 +198,7 @@ pub(crate) fn arm_deadline(store: &mut Store<StoreState>, deadline: Duration) ->
 
 impl LoadedArtifact {
     /// Start, ahead of the first call, one blocking-pool thread if a call with any of `grants`
-    /// would need one (see [`LoadedArtifact::call`]: the thread that takes the worker's queue
-    /// while the call blocks, or the call's own); nothing when every call stays on the
+    /// would run on one (see [`LoadedArtifact::call`]); nothing when every call stays on the
     /// runtime's workers or there is no runtime. A first tool call otherwise creates the thread
     /// itself, about 50 µs of its turn. tokio keeps an idle blocking thread for 10 s, so a call
     /// that comes later pays for its thread as before: this only takes the cost out of a quick
@@ -214,14 +213,12 @@ impl LoadedArtifact {
 
     /// Run one call with the given grants; live events go to `events`.
     ///
-    /// A tool with a folder runs its WASI file operations inline, on the thread that runs the
-    /// call. Otherwise every file operation would be its own hop to a blocking-pool thread and
-    /// back (a folder listing took about 260 µs that way, about 110 µs inline). A slow disk
-    /// must still never hold a runtime worker: on the multi-thread runtime each poll of the
-    /// call runs in `block_in_place` ([`crate::off_worker`]), which hands the worker's queue
-    /// to another thread for that poll; elsewhere the call runs on a thread of its own from
-    /// tokio's blocking pool. Dropping the returned future stops the call, as it does for any
-    /// call: the guest stops at its next host call or epoch tick.
+    /// A tool with a folder runs on a thread of its own from tokio's blocking pool, and its
+    /// WASI file operations run inline on that thread. Otherwise every file operation would be
+    /// its own hop to a blocking-pool thread and back (a folder listing took about 260 µs
+    /// that way, about 110 µs inline). A slow disk then holds only that call's thread, never a
+    /// runtime worker. Dropping the returned future stops the call, as it does for any call:
+    /// the guest stops at its next host call or epoch tick.
     pub async fn call(
         &self,
         host: &Host,
@@ -233,9 +230,6 @@ impl LoadedArtifact {
             // Boxed: the call's future is several KiB, and an actor that awaits it inline in a
             // handler would keep that much in its message loop for its whole life.
             return Box::pin(self.call_here(host, grants, events, input, false)).await;
-        }
-        if crate::off_worker::available() {
-            return crate::off_worker::OffWorker::new(self.call_here(host, grants, events, input, true)).await;
         }
         let (this, host, grants) = (self.clone(), host.clone(), grants.clone());
         let runtime = tokio::runtime::Handle::current();

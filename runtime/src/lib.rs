@@ -28,7 +28,6 @@ mod grants;
 mod hook;
 mod limiter;
 mod load;
-mod off_worker;
 mod policy;
 mod state;
 mod upstream;

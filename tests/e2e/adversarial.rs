@@ -137,10 +137,9 @@ async fn guest_spin_forever_lets_the_runtimes_other_tasks_run() {
     assert!(other < ended);
 }
 
-/// A tool with a folder runs its file operations inline on the thread that runs the call;
-/// dropping its call still stops it, long before its deadline: the store (which holds the call's
-/// event sink) is dropped. On the multi-thread runtime the call runs in `block_in_place` poll by
-/// poll; on the current-thread runtime, on a blocking-pool thread.
+/// A tool with a folder runs on a thread of its own; dropping its call still stops it there,
+/// long before its deadline: the store (which holds the call's event sink) is dropped. On both
+/// of tokio's runtimes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_call_of_a_tool_with_a_folder_stops_on_the_multi_thread_runtime() {
     a_dropped_call_of_a_tool_with_a_folder_stops().await;
