@@ -41,7 +41,16 @@ pub fn loopback_host(host: &str) -> bool {
 }
 
 fn refuse(status: StatusCode, reason: &str, sentence: String) -> Response {
-    (status, axum::Json(serde_json::json!({"error": format!("{reason}: {sentence}")}))).into_response()
+    closing((status, axum::Json(serde_json::json!({"error": format!("{reason}: {sentence}")}))).into_response())
+}
+
+/// `resp` with `Connection: close`, for a refusal sent before the request's body was read.
+/// hyper closes such a connection after the answer (the unread body would be taken for the
+/// next request); without the header a client puts the connection back in its pool, and its
+/// next request on it can meet the close instead of an answer ("server disconnected").
+pub fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    resp
 }
 
 /// Check a request's headers; `Err` is the refusal to send.

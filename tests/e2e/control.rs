@@ -207,6 +207,7 @@ async fn every_refusal_has_its_status_and_reason_in_the_contract_order() {
         if status == 401 {
             assert_eq!(headers["www-authenticate"], "Bearer");
         }
+        assert_eq!(headers["connection"], "close", "row {i}: a refusal ends the connection, and says so");
         if status == 405 {
             assert!(headers.contains_key("allow"), "row {i}: 405 names what is allowed");
         }

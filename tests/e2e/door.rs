@@ -399,6 +399,7 @@ async fn a_door_with_bearer_authentication_refuses_every_request_without_its_tok
         let resp = post(body, bearer, true).await.expect("answer");
         assert_eq!(resp.status().as_u16(), 401, "{what}");
         assert_eq!(resp.headers()["www-authenticate"], "Bearer", "{what}");
+        assert_eq!(resp.headers()["connection"], "close", "{what}: the unread body ends the connection, and says so");
         assert!(!resp.headers()["content-type"].to_str().unwrap_or("").contains("event-stream"), "{what}: no stream");
         let v: Value = resp.json().await.expect("json");
         assert_eq!(v["error"]["code"], -32010, "{what}: {v}");

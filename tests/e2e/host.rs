@@ -104,6 +104,7 @@ async fn capsule_host_serves_every_capsule_folder_restarts_one_on_request_and_st
         let r = r.send().await.expect("answer");
         assert_eq!(r.status().as_u16(), 401, "{what}");
         assert_eq!(r.headers()["www-authenticate"], "Bearer", "{what}");
+        assert_eq!(r.headers()["connection"], "close", "{what}: the unread body ends the connection, and says so");
         let listed = reqwest::get(format!("{api}/capsules")).await.expect("list");
         assert_eq!(listed.status().as_u16(), 401, "a read without the token is refused too");
     }

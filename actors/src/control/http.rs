@@ -151,7 +151,8 @@ async fn act(s: &Session, action: Action) -> Result<Response, ControlError> {
     }
 }
 
-/// Answer a refusal with its status, headers and `{"error": "<reason>: <sentence>"}`, and trace
+/// Answer a refusal with its status, headers (and `Connection: close`) and
+/// `{"error": "<reason>: <sentence>"}`, and trace
 /// it: the path cut to [`TRACED_PATH_BYTES`], at most
 /// [`crate::session::REFUSALS_TRACED_PER_SECOND`] lines a second (the rest counted into the
 /// next line).
@@ -179,7 +180,8 @@ fn refuse(s: &Session, method: &Method, path: &str, e: &ControlError) -> Respons
     for (name, value) in e.headers() {
         resp.headers_mut().insert(HeaderName::from_static(name), HeaderValue::from_static(value));
     }
-    resp
+    // Most refusals come before the body is read (the token, the path, the method).
+    crate::local_origin::closing(resp)
 }
 
 #[cfg(test)]

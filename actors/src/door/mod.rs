@@ -81,7 +81,7 @@ async fn require_token(
     )}});
     let mut resp = (axum::http::StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
     resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
-    resp
+    crate::local_origin::closing(resp)
 }
 
 /// Why a door (or the host API) could not open.
