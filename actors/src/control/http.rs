@@ -151,10 +151,9 @@ async fn act(s: &Session, action: Action) -> Result<Response, ControlError> {
     }
 }
 
-/// Answer a refusal with its status, headers (and `Connection: close`) and
-/// `{"error": "<reason>: <sentence>"}`, and trace
-/// it: the path cut to [`TRACED_PATH_BYTES`], at most
-/// [`crate::session::REFUSALS_TRACED_PER_SECOND`] lines a second (the rest counted into the
+/// Answer a refusal with its status, its headers, `Connection: close` and
+/// `{"error": "<reason>: <sentence>"}`, and trace it: the path cut to [`TRACED_PATH_BYTES`], at
+/// most [`crate::session::REFUSALS_TRACED_PER_SECOND`] lines a second (the rest counted into the
 /// next line).
 fn refuse(s: &Session, method: &Method, path: &str, e: &ControlError) -> Response {
     // A capsule without a surface has nothing to trace about it.
