@@ -44,6 +44,14 @@ fn refuse(status: StatusCode, reason: &str, sentence: String) -> Response {
     closing((status, axum::Json(serde_json::json!({"error": format!("{reason}: {sentence}")}))).into_response())
 }
 
+/// A `401` with `body`, `WWW-Authenticate: Bearer` and `Connection: close`: the door's and the
+/// host API's answer to a request without their token.
+pub fn unauthorized(body: serde_json::Value) -> Response {
+    let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    closing(resp)
+}
+
 /// `resp` with `Connection: close`, for a refusal sent before the request's body was read.
 /// hyper closes such a connection after the answer (the unread body would be taken for the
 /// next request); without the header a client puts the connection back in its pool, and its

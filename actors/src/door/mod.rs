@@ -65,7 +65,6 @@ async fn require_token(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
     let Some(auth) = &s.door_auth else { return next.run(req).await };
     let presented = req
         .headers()
@@ -79,9 +78,7 @@ async fn require_token(
         "unauthorized: this door requires `Authorization: Bearer <token>` (network.authentication: bearer); the token is in the session folder's {} file",
         crate::session::DOOR_TOKEN_FILE
     )}});
-    let mut resp = (axum::http::StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
-    crate::local_origin::closing(resp)
+    crate::local_origin::unauthorized(body)
 }
 
 /// Why a door (or the host API) could not open.

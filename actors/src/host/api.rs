@@ -163,9 +163,7 @@ async fn require_token(key: Arc<TokenKey>, req: axum::extract::Request, next: ax
         return next.run(req).await;
     }
     let body = serde_json::json!({"error": "unauthorized: the host API requires `Authorization: Bearer <token>`; the token is in the file `capsule host` names as token_file in its ready line"});
-    let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
-    resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
-    crate::local_origin::closing(resp)
+    crate::local_origin::unauthorized(body)
 }
 
 /// The router, without a socket (tests drive it directly). `key` checks the API token.
