@@ -9,7 +9,10 @@
 //!   real file tool, then a reply), the gap between two provider requests arriving at the stub
 //!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
 //!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20), then the
-//!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default);
+//!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default),
+//!   on the runtime `capsule run` runs on (one worker), and as many sessions on the one `capsule
+//!   host` runs on (a worker per core), alternating, in a last table. The stub runs on a runtime
+//!   of its own, as a provider is another process;
 //! - the same per-turn overhead when the stub takes 20 ms to answer each request, next to the
 //!   instant stub's, in alternating sessions (`--think` prints this table alone);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
@@ -28,10 +31,11 @@ mod common {
 }
 
 use capsule_actors::cluster::ClusterHost;
+use capsule_actors::workers::Workers;
 use capsule_actors::{EndpointOverride, LaunchOptions, Session};
 use capsule_protocol::frame::Frame;
 use capsule_runtime::{Host, HostOptions};
-use capsule_stub::{Script, Stub, Turn};
+use capsule_stub::{Script, Stub, StubHandle, Turn};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,10 +48,21 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// One `capsule run` process against a fresh stub; returns (ms to first provider byte, peak RSS KiB).
-fn one_start(rt: &tokio::runtime::Runtime, cache: &std::path::Path) -> (f64, u64) {
+/// The stub on a runtime of its own with one worker, as a provider is another process: its
+/// tasks never run on, or wake, the session's workers.
+fn start_stub(script: Script) -> StubHandle {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    let rt = RUNTIME.get_or_init(|| {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(1).thread_name("stub").enable_all().build().expect("stub runtime")
+    });
     let _guard = rt.enter();
-    let stub = Stub::start(Script::new(vec![Turn::text("hi")])).expect("stub");
+    Stub::start(script).expect("stub")
+}
+
+/// One `capsule run` process against a fresh stub; returns (ms to first provider byte, peak RSS KiB).
+fn one_start(cache: &std::path::Path) -> (f64, u64) {
+    let stub = start_stub(Script::new(vec![Turn::text("hi")]));
     let work = tempfile::tempdir().expect("tempdir");
     let t0 = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
@@ -70,21 +85,21 @@ fn one_start(rt: &tokio::runtime::Runtime, cache: &std::path::Path) -> (f64, u64
     ((first - t0) as f64 / 1e6, rss)
 }
 
-fn startup(rt: &tokio::runtime::Runtime) {
+fn startup() {
     let mut cold = Vec::new();
     let mut cold_rss = Vec::new();
     for _ in 0..3 {
         let cache = tempfile::tempdir().expect("cache");
-        let (ms, rss) = one_start(rt, cache.path());
+        let (ms, rss) = one_start(cache.path());
         cold.push(ms);
         cold_rss.push(rss as f64);
     }
     let cache = tempfile::tempdir().expect("cache");
-    one_start(rt, cache.path());
+    one_start(cache.path());
     let mut warm = Vec::new();
     let mut warm_rss = Vec::new();
     for _ in 0..15 {
-        let (ms, rss) = one_start(rt, cache.path());
+        let (ms, rss) = one_start(cache.path());
         warm.push(ms);
         warm_rss.push(rss as f64);
     }
@@ -128,7 +143,7 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         let think = (think_ms > 0).then_some(think_ms);
         let mut turns: Vec<Turn> = (0..n).map(|i| Turn { text: Some(format!("step {i}")), delay_ms: think, ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
-        let stub = Stub::start(Script::new(turns)).expect("stub");
+        let stub = start_stub(Script::new(turns));
         let work = tempfile::tempdir().expect("tempdir");
         let cache = repo().join("target/bench-component-cache");
         let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
@@ -206,11 +221,17 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
 }
 
 /// More sessions like the printed one (`CAPSULE_BENCH_SESSIONS` in all, 5 unless set): one
-/// session's ratios are at the mercy of a noisy machine, the median of several much less.
-fn per_turn_sessions(rt: &tokio::runtime::Runtime, first: Turns) {
+/// session's ratios are at the mercy of a noisy machine, the median of several much less. As
+/// many on the host's runtime, alternating, compared in a last table.
+fn per_turn_sessions([rt, host_rt]: [&tokio::runtime::Runtime; 2], first: Turns) {
     let n = std::env::var("CAPSULE_BENCH_SESSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(5usize).max(1);
-    let mut all = vec![first];
-    all.extend((1..n).map(|_| per_turn(rt, None, false)));
+    let (mut all, mut on_host) = (vec![first], Vec::new());
+    for i in 0..n {
+        on_host.push(per_turn(host_rt, None, false));
+        if i + 1 < n {
+            all.push(per_turn(rt, None, false));
+        }
+    }
     let across = |f: &dyn Fn(&Turns) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
     println!("\n### The same over {n} sessions (medians across sessions)\n");
     println!("| turn | median overhead, 5 turns to here, ms |");
@@ -225,6 +246,18 @@ fn per_turn_sessions(rt: &tokio::runtime::Runtime, first: Turns) {
         late / early,
         across(&|s| s.rows[&100]) / across(&|s| s.rows[&1])
     );
+    println!("\n### By runtime ({n} sessions each, alternating; medians across sessions)\n");
+    println!("| runtime | turn 1 ms | turn 50 ms | turns 2–20 ms | turns 41–60 ms | turns 81–100 ms |");
+    println!("|---|---|---|---|---|---|");
+    for (name, runs) in [("one worker (`capsule run`)", &all), ("a worker per core (`capsule host`)", &on_host)] {
+        let across = |f: &dyn Fn(&Turns) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+        let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
+        println!(
+            "| {name} | {:.3} | {:.3} | {early:.3} | {middle:.3} | {late:.3} |",
+            across(&|s| s.rows[&1]),
+            across(&|s| s.rows[&50])
+        );
+    }
 }
 
 /// Provider time per answer in [`think_time`]'s slow sessions.
@@ -350,12 +383,19 @@ fn cpu_ms(pids: &[u32]) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    // As the `capsule` binary does: `CAPSULE_BENCH_NO_TIMER_FLOOR=1` leaves it out, to compare.
-    if std::env::var_os("CAPSULE_BENCH_NO_TIMER_FLOOR").is_none() {
-        let _entered = rt.enter();
-        capsule_actors::timer_floor::spawn_timer_floor();
-    }
+    // The sessions run on the runtime `capsule run` runs on (one worker); the per-turn sessions
+    // also on the one `capsule host` runs on (a worker per core), alternating, and so do the
+    // JetStream sessions, which are a clustered host's.
+    let runtime = |workers| {
+        let rt = capsule_actors::workers::runtime(workers).expect("runtime");
+        // As the `capsule` binary does: `CAPSULE_BENCH_NO_TIMER_FLOOR=1` leaves it out, to compare.
+        if std::env::var_os("CAPSULE_BENCH_NO_TIMER_FLOOR").is_none() {
+            let _entered = rt.enter();
+            capsule_actors::timer_floor::spawn_timer_floor();
+        }
+        rt
+    };
+    let (rt, host_rt) = (runtime(Workers::One), runtime(Workers::PerCore));
     if std::env::args().any(|a| a == "--list") {
         return;
     }
@@ -368,21 +408,21 @@ fn main() {
     // `--cluster`: only the JetStream comparison.
     let only = |flag: &str| std::env::args().any(|a| a == flag);
     if only("--cluster") {
-        return cluster_per_turn(&rt);
+        return cluster_per_turn(&host_rt);
     }
     if only("--think") {
         return think_time(&rt);
     }
     if !only("--turns") {
-        startup(&rt);
+        startup();
     }
     if only("--startup") {
         return;
     }
     let first = per_turn(&rt, None, true);
-    per_turn_sessions(&rt, first);
+    per_turn_sessions([&rt, &host_rt], first);
     if !only("--turns") {
         think_time(&rt);
-        cluster_per_turn(&rt);
+        cluster_per_turn(&host_rt);
     }
 }

@@ -10,6 +10,7 @@ mod printer;
 mod sse_client;
 mod watch;
 
+use capsule_actors::workers::Workers;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,7 +75,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A host runs many capsules on a worker per core; everything else runs one capsule or is a
+    // client of one, on one worker (capsule_actors::workers says why).
+    let workers = match cli.command {
+        Command::Host(_) => Workers::PerCore,
+        _ => Workers::One,
+    };
+    let rt = match capsule_actors::workers::runtime(workers) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

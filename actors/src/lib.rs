@@ -58,6 +58,7 @@ pub mod session;
 pub mod spend;
 pub mod timer_floor;
 pub mod tls;
+pub mod workers;
 
 /// A session and launching it.
 pub use error::{InferenceError, JournalError, LaunchError};

@@ -40,6 +40,7 @@ mod packages;
 mod progress;
 mod python;
 mod resume;
+mod run_worker;
 mod spend;
 mod supervision;
 mod tls;

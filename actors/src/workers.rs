@@ -1,0 +1,58 @@
+//! The tokio runtime a `capsule` process runs on, and how many workers it gets.
+//!
+//! One capsule's work is one sequence: the loop waits for the provider's answer, the journal's
+//! write, the tool's result, and its actors mostly hand a turn's step from one to the next. On
+//! one worker those hand-offs are queue pushes. With a second worker idle, tokio wakes it
+//! whenever a task makes two others ready at once, it steals one of them, and the turn then
+//! crosses between the two threads several times, each a wake of a sleeping thread (on a
+//! virtual machine often tens of microseconds) and caches gone cold. A process that runs one
+//! capsule (`capsule run`, `capsule demo`, and the clients) therefore gets one worker. Nothing
+//! blocks it: a tool with a folder runs on a blocking-pool thread of its own, a guest that never
+//! calls the host yields at every epoch tick, and the component compiler has its own threads.
+//!
+//! A host runs many capsules that do have work at the same time, and gets one worker per core.
+//! `TOKIO_WORKER_THREADS` in the environment overrides both.
+//! BENCHMARKS.md ("Sixteenth pass") has the figures.
+
+/// How many capsules a process runs, which decides its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// One capsule, or a client of one: one worker.
+    One,
+    /// Many capsules: one worker per core.
+    PerCore,
+}
+
+/// The runtime for a process of this kind, with its I/O and time drivers.
+pub fn runtime(workers: Workers) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if workers == Workers::One && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many workers `rt` runs.
+    fn workers_of(rt: &tokio::runtime::Runtime) -> usize {
+        rt.metrics().num_workers()
+    }
+
+    #[test]
+    fn one_capsule_gets_one_worker_and_a_host_one_per_core() {
+        if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+            // The environment's count wins over both; what it is set to is the caller's.
+            let one = runtime(Workers::One).expect("runtime");
+            let many = runtime(Workers::PerCore).expect("runtime");
+            assert_eq!(workers_of(&one), workers_of(&many));
+            return;
+        }
+        assert_eq!(workers_of(&runtime(Workers::One).expect("runtime")), 1);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        assert_eq!(workers_of(&runtime(Workers::PerCore).expect("runtime")), cores);
+    }
+}

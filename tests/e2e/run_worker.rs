@@ -1,0 +1,70 @@
+//! `capsule run` runs its one capsule on one runtime worker (`capsule_actors::workers`, whose
+//! own test counts the workers), and a tool blocked in a file operation does not hold it: the
+//! door still answers.
+
+use crate::common::{anthropic_capsule, repo, stub};
+use capsule_stub::Turn;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether a thread of process `pid` sleeps in the kernel function `wchan`.
+fn a_thread_of_waits_in(pid: u32, wchan: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a_file_operation() {
+    let provider =
+        stub(vec![Turn::tool_call("files", serde_json::json!({"op": "read", "path": "slow"})), Turn::text("done")]);
+    let cap = anthropic_capsule(
+        &provider.url(),
+        &[("files", "{ARTIFACTS}/files")],
+        "capabilities:\n  filesystem: {scope: .}\n",
+    );
+    // The tools' folder is `<workdir>/files`; the FIFO there blocks the tool's open until a
+    // writer comes, as a stalled disk would.
+    let fifo = cap.workdir.join(capsule_actors::FILES_DIR).join("slow");
+    std::fs::create_dir_all(fifo.parent().expect("parent")).expect("files dir");
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("fifo");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .arg("run")
+        .arg(cap.path())
+        .args(["--task", "go", "--json", "--workdir"])
+        .arg(&cap.workdir)
+        .env("CAPSULE_CACHE_DIR", repo().join("target/test-component-cache"))
+        .env_remove("TOKIO_WORKER_THREADS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("capsule run");
+    let pid = run.id();
+    let mut lines = std::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let ready: serde_json::Value = serde_json::from_str(&lines.next().expect("ready").expect("line")).expect("json");
+    let url = ready["url"].as_str().expect("door url").to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !a_thread_of_waits_in(pid, "wait_for_partner") {
+        assert!(Instant::now() < deadline, "the tool never opened the FIFO");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The door is served by the process's one worker; the tool's open holds another thread.
+    let card = reqwest::Client::new()
+        .get(format!("{url}/.well-known/agent-card.json"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let still_blocked = a_thread_of_waits_in(pid, "wait_for_partner");
+    // A writer lets the open finish (a FIFO cannot be read at an offset, so the read fails and
+    // the task goes on); opened before any assertion, so a failing run ends.
+    use std::os::unix::fs::OpenOptionsExt;
+    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    let writer = std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(&fifo).expect("writer");
+    assert_eq!(card.ok(), Some(200), "the door answered while the tool was blocked");
+    assert!(still_blocked, "the tool's open was still waiting for a writer");
+    let status = run.wait().expect("exits");
+    drop(writer);
+    assert!(status.success(), "the task ends and the process exits 0: {status:?}");
+    assert_eq!(provider.requests().len(), 2, "the tool's error went back to the model, which answered");
+}
