@@ -8,7 +8,8 @@
 //! virtual machine often tens of microseconds) and caches gone cold. A process that runs one
 //! capsule (`capsule run`, `capsule demo`, and the clients) therefore gets one worker. Nothing
 //! blocks it: a tool with a folder runs on a blocking-pool thread of its own, a guest that never
-//! calls the host yields at every epoch tick, and the component compiler has its own threads.
+//! calls the host yields at every epoch tick, and components are compiled at launch, before the
+//! door opens.
 //!
 //! A host runs many capsules that do have work at the same time, and gets one worker per core.
 //! `TOKIO_WORKER_THREADS` in the environment overrides both.
