@@ -157,7 +157,7 @@ async fn a_dropped_call_of_a_tool_with_a_folder_stops_on_its_thread() {
 async fn a_tool_blocked_in_a_file_operation_leaves_the_runtimes_worker_free() {
     let scope = tempfile::tempdir().expect("tempdir");
     let fifo = scope.path().join("slow");
-    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("fifo");
+    make_fifo(&fifo);
     let grants = tool_grants(Some(scope.path().to_path_buf()), Limits::default());
     let host = host();
     let files = LoadedArtifact::load_file(&host, "tool-files", &dist("tool-files")).expect("loads");
@@ -167,7 +167,7 @@ async fn a_tool_blocked_in_a_file_operation_leaves_the_runtimes_worker_free() {
     // Some thread of this process waits in the FIFO's open for a writer (the kernel names where
     // a thread sleeps in /proc); until then the tool has not reached its read.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !a_thread_waits_in("wait_for_partner") {
+    while !a_thread_waits_in("self", "wait_for_partner") {
         assert!(std::time::Instant::now() < deadline, "the tool never opened the FIFO");
         assert!(!call.is_finished(), "the call ended before it opened the FIFO");
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -179,11 +179,9 @@ async fn a_tool_blocked_in_a_file_operation_leaves_the_runtimes_worker_free() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let (worker_was_free, call_was_waiting) = (other.is_finished(), !call.is_finished());
-    // A writer lets the open finish (a FIFO cannot be read at an offset, so the read then fails);
-    // opened before any assertion, so a failing run ends instead of waiting on the FIFO.
-    use std::os::unix::fs::OpenOptionsExt;
-    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
-    let writer = std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(&fifo).expect("writer");
+    // A writer lets the open finish; opened before any assertion, so a failing run ends instead
+    // of waiting on the FIFO.
+    let writer = unblock_fifo(&fifo);
     assert!(worker_was_free, "the worker ran no other task while the tool's open blocked");
     assert!(call_was_waiting, "the open was still waiting for a writer");
     assert_eq!(other.await.expect("joins"), 7);
@@ -191,12 +189,6 @@ async fn a_tool_blocked_in_a_file_operation_leaves_the_runtimes_worker_free() {
     drop(writer);
     let r = out.result.expect("the tool returns");
     assert!(r.summary.unwrap_or_default().contains("cannot read `slow`"));
-}
-
-/// Whether a thread of this process sleeps in the kernel function `wchan`.
-fn a_thread_waits_in(wchan: &str) -> bool {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
-    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
 }
 
 async fn a_dropped_call_of_a_tool_with_a_folder_stops() {

@@ -168,5 +168,26 @@ where
     }
 }
 
+/// Make a FIFO at `path`. Opening it to read blocks until a writer comes, as a stalled disk
+/// would hold a file operation.
+pub fn make_fifo(path: &Path) {
+    rustix::fs::mkfifoat(rustix::fs::CWD, path, rustix::fs::Mode::from_raw_mode(0o600)).expect("fifo");
+}
+
+/// Open the FIFO at `path` to write, without blocking: a reader's open then finishes (and, as a
+/// FIFO cannot be read at an offset, the tool's read fails).
+pub fn unblock_fifo(path: &Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(path).expect("writer")
+}
+
+/// Whether a thread of `process` (a pid, or `self`) sleeps in the kernel function `wchan`, as
+/// /proc names it.
+pub fn a_thread_waits_in(process: impl std::fmt::Display, wchan: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{process}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
+}
+
 #[allow(unused_imports, reason = "not every suite that includes this file posts")]
 pub use crate::http_support::post_json_body;

@@ -2,17 +2,11 @@
 //! own test counts the workers), and a tool blocked in a file operation does not hold it: the
 //! door still answers.
 
-use crate::common::{anthropic_capsule, repo, stub};
+use crate::common::{a_thread_waits_in, anthropic_capsule, make_fifo, repo, stub, unblock_fifo};
 use capsule_stub::Turn;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Whether a thread of process `pid` sleeps in the kernel function `wchan`.
-fn a_thread_of_waits_in(pid: u32, wchan: &str) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a_file_operation() {
@@ -27,7 +21,7 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
     // writer comes, as a stalled disk would.
     let fifo = cap.workdir.join(capsule_actors::FILES_DIR).join("slow");
     std::fs::create_dir_all(fifo.parent().expect("parent")).expect("files dir");
-    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("fifo");
+    make_fifo(&fifo);
     let mut run = Command::new(env!("CARGO_BIN_EXE_capsule"))
         .arg("run")
         .arg(cap.path())
@@ -44,8 +38,9 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
     let ready: serde_json::Value = serde_json::from_str(&lines.next().expect("ready").expect("line")).expect("json");
     let url = ready["url"].as_str().expect("door url").to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !a_thread_of_waits_in(pid, "wait_for_partner") {
+    while !a_thread_waits_in(pid, "wait_for_partner") {
         assert!(Instant::now() < deadline, "the tool never opened the FIFO");
+        assert!(matches!(run.try_wait(), Ok(None)), "capsule run ended before its tool opened the FIFO");
         std::thread::sleep(Duration::from_millis(5));
     }
     // The door is served by the process's one worker; the tool's open holds another thread.
@@ -55,12 +50,10 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
         .send()
         .await
         .map(|r| r.status().as_u16());
-    let still_blocked = a_thread_of_waits_in(pid, "wait_for_partner");
-    // A writer lets the open finish (a FIFO cannot be read at an offset, so the read fails and
-    // the task goes on); opened before any assertion, so a failing run ends.
-    use std::os::unix::fs::OpenOptionsExt;
-    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
-    let writer = std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(&fifo).expect("writer");
+    let still_blocked = a_thread_waits_in(pid, "wait_for_partner");
+    // A writer lets the open finish (the read fails and the task goes on); opened before any
+    // assertion, so a failing run ends.
+    let writer = unblock_fifo(&fifo);
     assert_eq!(card.ok(), Some(200), "the door answered while the tool was blocked");
     assert!(still_blocked, "the tool's open was still waiting for a writer");
     let status = run.wait().expect("exits");
