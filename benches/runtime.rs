@@ -128,6 +128,16 @@ struct Turns {
     windows: [f64; 3],
 }
 
+/// The median across sessions of what `f` reads from each.
+fn across(runs: &[Turns], f: impl Fn(&Turns) -> f64) -> f64 {
+    median(&mut runs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// The medians across sessions of the windows' medians (turns 2–20, 41–60, 81–100).
+fn windows_across(runs: &[Turns]) -> [f64; 3] {
+    [0, 1, 2].map(|i| across(runs, |s| s.windows[i]))
+}
+
 /// One session of [`TURNS`] tool-call turns; the per-turn table (when `print`) and what it
 /// measured.
 fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool) -> Turns {
@@ -232,30 +242,28 @@ fn per_turn_sessions([rt, host_rt]: [&tokio::runtime::Runtime; 2], first: Turns)
             all.push(per_turn(rt, None, false));
         }
     }
-    let across = |f: &dyn Fn(&Turns) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
     println!("\n### The same over {n} sessions (medians across sessions)\n");
     println!("| turn | median overhead, 5 turns to here, ms |");
     println!("|---|---|");
     for t in ROWS {
-        println!("| {t} | {:.3} |", across(&|s| s.rows[&t]));
+        println!("| {t} | {:.3} |", across(&all, |s| s.rows[&t]));
     }
-    let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
+    let [early, middle, late] = windows_across(&all);
     println!("\nMedian overhead over turns 2–20 / 41–60 / 81–100: {early:.3} / {middle:.3} / {late:.3} ms");
     println!(
         "\nFlatness by windows: turns 81–100 / turns 2–20 = {:.2}; turn 100 / turn 1 = {:.2}",
         late / early,
-        across(&|s| s.rows[&100]) / across(&|s| s.rows[&1])
+        across(&all, |s| s.rows[&100]) / across(&all, |s| s.rows[&1])
     );
     println!("\n### By runtime ({n} sessions each, alternating; medians across sessions)\n");
     println!("| runtime | turn 1 ms | turn 50 ms | turns 2–20 ms | turns 41–60 ms | turns 81–100 ms |");
     println!("|---|---|---|---|---|---|");
     for (name, runs) in [("one worker (`capsule run`)", &all), ("a worker per core (`capsule host`)", &on_host)] {
-        let across = |f: &dyn Fn(&Turns) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
-        let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
+        let [early, middle, late] = windows_across(runs);
         println!(
             "| {name} | {:.3} | {:.3} | {early:.3} | {middle:.3} | {late:.3} |",
-            across(&|s| s.rows[&1]),
-            across(&|s| s.rows[&50])
+            across(runs, |s| s.rows[&1]),
+            across(runs, |s| s.rows[&50])
         );
     }
 }
@@ -282,9 +290,8 @@ fn think_time(rt: &tokio::runtime::Runtime) {
     println!("| provider time per answer | turn 1 ms | turns 2–20 ms | turns 41–60 ms | turns 81–100 ms |");
     println!("|---|---|---|---|---|");
     for (think, all) in [0, THINK_MS].into_iter().zip(&runs) {
-        let across = |f: &dyn Fn(&Turns) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
-        let [early, middle, late] = [0, 1, 2].map(|i| across(&|s| s.windows[i]));
-        println!("| {think} ms | {:.3} | {early:.3} | {middle:.3} | {late:.3} |", across(&|s| s.rows[&1]));
+        let [early, middle, late] = windows_across(all);
+        println!("| {think} ms | {:.3} | {early:.3} | {middle:.3} | {late:.3} |", across(all, |s| s.rows[&1]));
     }
 }
 
