@@ -12,6 +12,9 @@
 //!   the refused `wasi:http` request + the error result. µs per KiB is the call's time over the
 //!   request's size; the growth between rows is the per-KiB cost of reading and translating.
 //!
+//! Next to the file tool: the hop to a blocking-pool thread and back with nothing to run, and
+//! two plain threads waking each other, for what a hand-off between threads costs here.
+//!
 //! `CAPSULE_BENCH_BEFORE=<folder>` adds a row per history length for the drivers of that folder
 //! (say, `components/dist` of an earlier commit), measured in the same run, the two builds'
 //! calls taking turns, so a change to a driver is compared within one run of a noisy machine.
@@ -149,6 +152,48 @@ async fn file_tool(host: &Host) {
     println!(
         "| instantiate | call | wall | idle slots resident KiB |\n|---|---|---|---|\n| {i:.0} | {c:.0} | {w:.0} | {kept} |\n"
     );
+    // What the call's thread costs by itself: a blocking-pool task that does nothing, awaited
+    // from the worker as the call is.
+    let mut hops = Vec::new();
+    for i in 0..WARMUP + CALLS {
+        let t0 = Instant::now();
+        tokio::task::spawn_blocking(|| ()).await.expect("the empty task");
+        if i >= WARMUP {
+            hops.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    println!("The hop alone (an empty blocking-pool task, awaited): {:.0} µs\n", median(hops));
+    println!("Two plain threads waking each other (a condvar round trip): {:.0} µs\n", thread_round_trip());
+}
+
+/// The median round trip of two threads that wake each other through a condvar, µs: what the
+/// machine charges to hand work to a sleeping thread and back, without tokio.
+fn thread_round_trip() -> f64 {
+    let turn = Arc::new((std::sync::Mutex::new(0usize), std::sync::Condvar::new()));
+    let theirs = turn.clone();
+    let rounds = WARMUP + CALLS;
+    let other = std::thread::spawn(move || {
+        let (lock, wake) = &*theirs;
+        for i in 0..rounds {
+            let mut n = wake.wait_while(lock.lock().expect("lock"), |n| *n != 2 * i + 1).expect("wait");
+            *n += 1;
+            wake.notify_one();
+        }
+    });
+    let (lock, wake) = &*turn;
+    let mut trips = Vec::new();
+    for i in 0..rounds {
+        let t0 = Instant::now();
+        let mut n = lock.lock().expect("lock");
+        *n += 1;
+        wake.notify_one();
+        drop(wake.wait_while(n, |n| *n != 2 * i + 2).expect("wait"));
+        if i >= WARMUP {
+            trips.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    other.join().expect("the other thread");
+    median(trips)
 }
 
 async fn driver(host: &Host, name: &str) {
@@ -204,9 +249,9 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    // Spawned: the calls run on a runtime worker, as the tools actor's and the gateway's do,
-    // not on the thread that waits in `block_on`.
+    // The runtime `capsule run` runs on (one worker). Spawned: the calls run on that worker, as
+    // the tools actor's and the gateway's do, not on the thread that waits in `block_on`.
+    let rt = capsule_actors::workers::runtime(capsule_actors::workers::Workers::One).expect("runtime");
     let calls = rt.spawn(async {
         let cache = repo().join("target/bench-component-cache");
         let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
