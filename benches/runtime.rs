@@ -48,14 +48,11 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// The stub on a runtime of its own with one worker, as a provider is another process: its
-/// tasks never run on, or wake, the session's workers.
+/// The stub on a runtime of its own, the one `capsule stub-provider` runs on, as a provider is
+/// another process: its tasks never run on, or wake, the session's workers.
 fn start_stub(script: Script) -> StubHandle {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(1).thread_name("stub").enable_all().build().expect("stub runtime")
-    });
+    let rt = RUNTIME.get_or_init(|| capsule_actors::workers::runtime(Workers::One).expect("stub runtime"));
     let _guard = rt.enter();
     Stub::start(script).expect("stub")
 }
