@@ -3,7 +3,7 @@
 //! status to the caller, so `capsule run` knows when to exit.
 
 use capsule_actors::Session;
-use capsule_protocol::frame::{Frame, NumberedFrame, TaskState};
+use capsule_protocol::frame::{Frame, NumberedFrame, SharedFrame, TaskState};
 use std::io::Write;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -199,7 +199,7 @@ fn is_final(f: &NumberedFrame) -> bool {
 /// `--json` lines of frames that arrived together, in one write: the bytes [`print_frame`]
 /// prints for each, in order. A turn's frames often come in a burst, and stdout writes out
 /// every line it is given at once, a system call each.
-fn print_json_lines(burst: &[NumberedFrame]) {
+fn print_json_lines(burst: &[SharedFrame]) {
     let mut text = String::new();
     for f in burst {
         text.push_str(&f.json_line());

@@ -7,7 +7,7 @@
 //! emitter or the other readers. A subscription asking for frames after id N first gets the
 //! ring's frames after N, preceded by `gap` when some were already evicted.
 
-use capsule_protocol::frame::{Frame, NumberedFrame};
+use capsule_protocol::frame::{Frame, NumberedFrame, Published, SharedFrame};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub enum EmitterMsg {
         /// Replay frames after this id.
         after: Option<u64>,
         /// The receiving end.
-        reply: RpcReplyPort<mpsc::Receiver<NumberedFrame>>,
+        reply: RpcReplyPort<mpsc::Receiver<SharedFrame>>,
     },
     /// The last id assigned.
     LastId(RpcReplyPort<u64>),
@@ -37,13 +37,13 @@ pub enum EmitterMsg {
     Close(RpcReplyPort<()>),
     /// A clustered session's frame, now acknowledged by JetStream (when it has an id): kept
     /// for replay and sent. Sent by the frames writer, in order.
-    Stored(NumberedFrame),
+    Stored(SharedFrame),
     /// A clustered session's `Close`, after every frame before it was stored.
     Closed(RpcReplyPort<()>),
 }
 
 struct Subscriber {
-    tx: mpsc::Sender<NumberedFrame>,
+    tx: mpsc::Sender<SharedFrame>,
     missed: u64,
 }
 
@@ -68,7 +68,7 @@ pub struct EmitterState {
     stored: Option<mpsc::UnboundedSender<crate::cluster::frames::Pending>>,
     /// The next id; shared with the supervisor so a restarted emitter continues the sequence.
     next_id: Arc<AtomicU64>,
-    ring: VecDeque<NumberedFrame>,
+    ring: VecDeque<SharedFrame>,
     subscribers: Vec<Subscriber>,
 }
 
@@ -78,9 +78,9 @@ pub struct Emitter;
 
 impl Subscriber {
     /// Deliver, or count as missed; false when the subscriber is gone.
-    fn offer(&mut self, f: &NumberedFrame) -> bool {
+    fn offer(&mut self, f: &SharedFrame) -> bool {
         if self.missed > 0 {
-            match self.tx.try_send(NumberedFrame { id: None, frame: Frame::Lagged { missed: self.missed } }) {
+            match self.tx.try_send(Published::unnumbered(Frame::Lagged { missed: self.missed })) {
                 Ok(()) => self.missed = 0,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     self.missed += 1;
@@ -102,7 +102,7 @@ impl Subscriber {
 
 impl EmitterState {
     /// Keep a numbered frame for replay, and send it to every subscriber.
-    fn publish(&mut self, numbered: NumberedFrame) {
+    fn publish(&mut self, numbered: SharedFrame) {
         if numbered.id.is_some() {
             if self.ring.len() == REPLAY_RING {
                 self.ring.pop_front();
@@ -114,7 +114,7 @@ impl EmitterState {
 
     /// Send `capsule-closed` to every subscriber and end their streams.
     fn close(&mut self, reply: RpcReplyPort<()>) {
-        let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
+        let closed = Published::unnumbered(Frame::CapsuleClosed {});
         for s in &mut self.subscribers {
             let _ = s.tx.try_send(closed.clone());
         }
@@ -146,7 +146,7 @@ impl Actor for Emitter {
                 if let Some(id) = f.id {
                     next_id.fetch_max(id + 1, Ordering::SeqCst);
                 }
-                ring.push_back(f);
+                ring.push_back(Published::new(f));
             }
         };
         if let Some((js, session)) = &args.cluster {
@@ -172,7 +172,7 @@ impl Actor for Emitter {
         match msg {
             EmitterMsg::Emit(frame) => {
                 let id = frame.is_id_bearing().then(|| state.next_id.fetch_add(1, Ordering::SeqCst));
-                let numbered = NumberedFrame { id, frame };
+                let numbered = Published::new(NumberedFrame { id, frame });
                 if let Some(writer) = &state.stored {
                     // Every frame goes through the writer, so they stay in order; one with an
                     // id comes back as `Stored` once JetStream acknowledged it.
@@ -191,7 +191,7 @@ impl Actor for Emitter {
             }
             EmitterMsg::Stored(numbered) => state.publish(numbered),
             EmitterMsg::Subscribe { after, reply } => {
-                let replay: Vec<NumberedFrame> = match after {
+                let replay: Vec<SharedFrame> = match after {
                     None => Vec::new(),
                     Some(after) => {
                         let mut out = Vec::new();
@@ -199,7 +199,7 @@ impl Actor for Emitter {
                             state.ring.front().and_then(|f| f.id).unwrap_or(state.next_id.load(Ordering::SeqCst));
                         // Checked: a Last-Event-ID of u64::MAX is after every frame, not before the first.
                         if after.checked_add(1).is_some_and(|next| next < first) {
-                            out.push(NumberedFrame { id: None, frame: Frame::Gap { first_available_id: first } });
+                            out.push(Published::unnumbered(Frame::Gap { first_available_id: first }));
                         }
                         out.extend(state.ring.iter().filter(|f| f.id.is_some_and(|id| id > after)).cloned());
                         out

@@ -53,24 +53,25 @@ pub enum PeerError {
 /// A session's peer, named by role.
 #[derive(Debug, Clone)]
 pub struct Peer {
-    name: String,
+    /// Shared: a peer is cloned wherever a message goes, and its name never changes.
+    name: std::sync::Arc<str>,
     role: &'static str,
 }
 
 impl Peer {
     /// The session's actor with `role` (one of [`names::role`]).
     pub fn of(session_id: &str, role: &'static str) -> Peer {
-        Peer { name: names::name(session_id, role), role }
+        Peer { name: names::name(session_id, role).into(), role }
     }
 
     /// The gateway of a driver artifact.
     pub fn gateway(session_id: &str, artifact: &str) -> Peer {
-        Peer { name: names::gateway(session_id, artifact), role: "gateway" }
+        Peer { name: names::gateway(session_id, artifact).into(), role: "gateway" }
     }
 
     /// The actor of a hook artifact.
     pub fn hook(session_id: &str, artifact: &str) -> Peer {
-        Peer { name: names::hook(session_id, artifact), role: "hook" }
+        Peer { name: names::hook(session_id, artifact).into(), role: "hook" }
     }
 
     /// The role, as errors name it.

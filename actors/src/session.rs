@@ -5,7 +5,7 @@
 //! supervision tree and writes `session_start`. `submit` runs a task to its end; `subscribe`
 //! streams frames; `shutdown` writes `session_end` and stops the tree.
 
-use capsule_protocol::frame::NumberedFrame;
+use capsule_protocol::frame::SharedFrame;
 use capsule_protocol::manifest::ArtifactRuntime;
 use capsule_protocol::trace::{TraceEvent, TraceKind};
 use ractor::{Actor, ActorRef};
@@ -395,7 +395,7 @@ impl Session {
     }
 
     /// Subscribe to frames (after a `Last-Event-ID` when given).
-    pub async fn subscribe(&self, after: Option<u64>) -> Option<mpsc::Receiver<NumberedFrame>> {
+    pub async fn subscribe(&self, after: Option<u64>) -> Option<mpsc::Receiver<SharedFrame>> {
         self.peer(role::EMITTER).ask(|reply| EmitterMsg::Subscribe { after, reply }, wait::CONTROL).await.ok()
     }
 

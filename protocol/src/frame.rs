@@ -230,12 +230,7 @@ pub struct NumberedFrame {
 impl NumberedFrame {
     /// The SSE wire form: `id:`, `event:`, one-line `data:`, blank line.
     pub fn to_sse(&self) -> String {
-        let mut s = String::new();
-        if let Some(id) = self.id {
-            s.push_str(&format!("id: {id}\n"));
-        }
-        s.push_str(&format!("event: {}\ndata: {}\n\n", self.frame.event_name(), self.frame.data_json()));
-        s
+        sse_around(self.id, self.frame.event_name(), &self.frame.data_json())
     }
 
     /// The `--json` line form: `{"id":…, "event":…, "data":…}`.
@@ -247,21 +242,88 @@ impl NumberedFrame {
     /// keys in order: `data`, `event`, `id`), built around one serialization of the data instead
     /// of a second tree around it. `frames.jsonl` and `--json` write this.
     pub fn json_line(&self) -> String {
-        let mut out = Vec::with_capacity(160);
-        out.extend_from_slice(b"{\"data\":");
-        crate::frame_data::write_data(&mut out, &self.frame);
-        // Event names are fixed lower-case words: nothing in them needs escaping.
-        out.extend_from_slice(b",\"event\":\"");
-        out.extend_from_slice(self.frame.event_name().as_bytes());
-        out.extend_from_slice(b"\",\"id\":");
-        match self.id {
-            Some(id) => out.extend_from_slice(id.to_string().as_bytes()),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.push(b'}');
-        // Only serde_json's output and ASCII went in.
-        String::from_utf8(out).unwrap_or_else(|_| self.to_json_line().to_string())
+        line_around(self.id, self.frame.event_name(), &self.frame.data_json())
     }
+}
+
+/// A numbered frame as the stream emitter publishes it. Its data object is serialized once,
+/// when it is made, and every form a consumer writes (the journal's and `--json`'s line, an
+/// SSE event) is built around that text; the replay ring and every subscriber share one
+/// [`SharedFrame`] instead of a copy each. Reads as the [`NumberedFrame`] it holds.
+#[derive(Debug, PartialEq)]
+pub struct Published {
+    numbered: NumberedFrame,
+    data: String,
+}
+
+/// A published frame, shared by the replay ring and every subscriber.
+pub type SharedFrame = std::sync::Arc<Published>;
+
+impl Published {
+    /// Publish a numbered frame: serialize its data now.
+    pub fn new(numbered: NumberedFrame) -> SharedFrame {
+        let data = numbered.frame.data_json();
+        std::sync::Arc::new(Published { numbered, data })
+    }
+
+    /// A frame without an id (one that concerns a single connection).
+    pub fn unnumbered(frame: Frame) -> SharedFrame {
+        Self::new(NumberedFrame { id: None, frame })
+    }
+
+    /// The frame's data object, as JSON text (what [`Frame::data_json`] gives).
+    pub fn data_json(&self) -> &str {
+        &self.data
+    }
+
+    /// [`NumberedFrame::json_line`], around the data already serialized.
+    pub fn json_line(&self) -> String {
+        line_around(self.numbered.id, self.numbered.frame.event_name(), &self.data)
+    }
+
+    /// [`NumberedFrame::to_sse`], around the data already serialized.
+    pub fn to_sse(&self) -> String {
+        sse_around(self.numbered.id, self.numbered.frame.event_name(), &self.data)
+    }
+}
+
+impl std::ops::Deref for Published {
+    type Target = NumberedFrame;
+
+    fn deref(&self) -> &NumberedFrame {
+        &self.numbered
+    }
+}
+
+/// `{"data":<data>,"event":"<event>","id":<id or null>}`.
+fn line_around(id: Option<u64>, event: &str, data: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(data.len() + event.len() + 40);
+    out.push_str("{\"data\":");
+    out.push_str(data);
+    // Event names are fixed lower-case words: nothing in them needs escaping.
+    out.push_str(",\"event\":\"");
+    out.push_str(event);
+    out.push_str("\",\"id\":");
+    match id {
+        Some(id) => {
+            let _ = write!(out, "{id}");
+        }
+        None => out.push_str("null"),
+    }
+    out.push('}');
+    out
+}
+
+/// `id: <id>` (when there is one), `event:`, one-line `data:`, blank line.
+fn sse_around(id: Option<u64>, event: &str, data: &str) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(data.len() + event.len() + 40);
+    if let Some(id) = id {
+        let _ = writeln!(s, "id: {id}");
+    }
+    let _ = write!(s, "event: {event}\ndata: {data}\n\n");
+    s
 }
 
 #[cfg(test)]
@@ -352,6 +414,20 @@ mod tests {
             for id in [Some(3), None] {
                 let f = NumberedFrame { id, frame: frame.clone() };
                 assert_eq!(f.json_line(), f.to_json_line().to_string(), "{f:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_published_frame_writes_the_same_line_and_event_as_the_frame_it_holds() {
+        for frame in every_kind_of_frame() {
+            for id in [Some(u64::MAX), Some(1), None] {
+                let f = NumberedFrame { id, frame: frame.clone() };
+                let published = Published::new(f.clone());
+                assert_eq!(published.json_line(), f.to_json_line().to_string(), "{f:?}");
+                assert_eq!(published.to_sse(), f.to_sse(), "{f:?}");
+                assert_eq!(published.data_json(), f.frame.data().to_string(), "{f:?}");
+                assert_eq!(**published, f, "it reads as the frame it holds");
             }
         }
     }

@@ -13,6 +13,7 @@
 //! (no line has `_crc`) is read as plain JSON lines.
 
 use std::fmt;
+use std::io::Write as _;
 
 const KEY: &[u8] = b"\"_crc\":\"";
 /// `"_crc":"` + 8 hex digits + `"}`.
@@ -31,7 +32,8 @@ pub fn seal_line(mut object: Vec<u8>, n: u64) -> Vec<u8> {
         if object.len() > 1 {
             object.push(b',');
         }
-        object.extend_from_slice(format!("\"_n\":{n}}}").as_bytes());
+        // Written in place: `write!` into a Vec cannot fail, and no String is made per line.
+        let _ = write!(object, "\"_n\":{n}}}");
     }
     seal(object)
 }
@@ -53,7 +55,7 @@ pub fn seal(mut object: Vec<u8>) -> Vec<u8> {
             object.push(b',');
         }
         object.extend_from_slice(KEY);
-        object.extend_from_slice(format!("{sum:08x}").as_bytes());
+        let _ = write!(object, "{sum:08x}");
         object.extend_from_slice(b"\"}");
     }
     object.push(b'\n');

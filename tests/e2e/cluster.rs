@@ -220,7 +220,7 @@ struct Collect;
 
 impl ractor::Actor for Collect {
     type Msg = capsule_actors::emitter::EmitterMsg;
-    type State = tokio::sync::mpsc::UnboundedSender<capsule_protocol::frame::NumberedFrame>;
+    type State = tokio::sync::mpsc::UnboundedSender<capsule_protocol::frame::SharedFrame>;
     type Arguments = Self::State;
 
     async fn pre_start(
@@ -248,22 +248,24 @@ impl ractor::Actor for Collect {
 #[tokio::test(flavor = "current_thread")]
 async fn frames_waiting_together_are_stored_in_one_entry_and_read_back_in_order() {
     use capsule_actors::cluster::frames::{Pending, frames_of, writer};
-    use capsule_protocol::frame::{Frame, NumberedFrame};
+    use capsule_protocol::frame::{Frame, NumberedFrame, Published};
     let c = NatsCluster::start(3).await;
     let js = jetstream(&c).await;
     let (log, _) = StreamLog::open(&js, "ses_batch", Record::Frames).await.expect("open");
     let (tx, mut stored) = tokio::sync::mpsc::unbounded_channel();
     let (sink, _) = ractor::Actor::spawn(None, Collect, tx).await.expect("sink");
     let frames = writer(log, sink);
-    let text = |id: u64| NumberedFrame {
-        id: Some(id),
-        frame: Frame::Text { id: "tsk_1".into(), text: format!("chunk {id}"), is_final: false },
+    let text = |id: u64| {
+        Published::new(NumberedFrame {
+            id: Some(id),
+            frame: Frame::Text { id: "tsk_1".into(), text: format!("chunk {id}"), is_final: false },
+        })
     };
     for id in 1..=5 {
         frames.send(Pending::Frame(text(id))).expect("writer runs");
     }
     // A frame without an id passes through in its place, stored nowhere.
-    frames.send(Pending::Frame(NumberedFrame { id: None, frame: Frame::CapsuleClosed {} })).expect("writer runs");
+    frames.send(Pending::Frame(Published::unnumbered(Frame::CapsuleClosed {}))).expect("writer runs");
     let mut handed = Vec::new();
     while handed.len() < 6 {
         handed.push(

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use capsule_actors::{LaunchError, LaunchOptions, Session, TaskOutcome};
-use capsule_protocol::frame::{Frame, NumberedFrame};
+use capsule_protocol::frame::{Frame, SharedFrame};
 use capsule_runtime::{Host, HostOptions};
 use capsule_stub::{Script, Stub, StubHandle, Turn};
 use std::collections::HashMap;
@@ -123,7 +123,7 @@ pub fn stub(turns: Vec<Turn>) -> StubHandle {
 }
 
 /// Read frames until the final status of `task_id` (or panic after 30 s).
-pub async fn frames_until_final(rx: &mut mpsc::Receiver<NumberedFrame>, task_id: &str) -> Vec<NumberedFrame> {
+pub async fn frames_until_final(rx: &mut mpsc::Receiver<SharedFrame>, task_id: &str) -> Vec<SharedFrame> {
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -138,7 +138,7 @@ pub async fn frames_until_final(rx: &mut mpsc::Receiver<NumberedFrame>, task_id:
 }
 
 /// Submit a task with a subscription opened first; returns the outcome and its frames.
-pub async fn run_task(session: &Session, text: &str) -> (TaskOutcome, Vec<NumberedFrame>) {
+pub async fn run_task(session: &Session, text: &str) -> (TaskOutcome, Vec<SharedFrame>) {
     let mut rx = session.subscribe(None).await.expect("subscribe");
     let outcome = session.submit(text).await.expect("loop answers");
     let frames = frames_until_final(&mut rx, &outcome.task_id).await;

@@ -283,8 +283,8 @@ async fn tasks_cancel_ends_a_running_task_canceled_with_one_final_status() {
     eventually("the task to be running", || async { !stub.requests().is_empty() }).await;
     let id = loop {
         let f = rx.recv().await.expect("frame");
-        if let capsule_protocol::frame::Frame::Status { id, .. } = f.frame {
-            break id;
+        if let capsule_protocol::frame::Frame::Status { id, .. } = &f.frame {
+            break id.clone();
         }
     };
     let (_, v) =

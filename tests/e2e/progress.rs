@@ -139,7 +139,7 @@ async fn a_stream_cut_in_the_middle_of_a_tool_calls_input_flushes_nothing_for_th
     let mut frames = Vec::new();
     while let Ok(Some(f)) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
         let done = matches!(&f.frame, capsule_protocol::frame::Frame::Status { is_final: true, .. });
-        frames.push(f.frame);
+        frames.push(f.frame.clone());
         if done {
             break;
         }

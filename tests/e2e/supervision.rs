@@ -8,7 +8,7 @@ use capsule_protocol::trace::ExitStatus;
 use capsule_stub::Turn;
 use serde_json::json;
 
-fn final_status(frames: &[capsule_protocol::frame::NumberedFrame]) -> (TaskState, String) {
+fn final_status(frames: &[capsule_protocol::frame::SharedFrame]) -> (TaskState, String) {
     frames
         .iter()
         .rev()
@@ -19,7 +19,7 @@ fn final_status(frames: &[capsule_protocol::frame::NumberedFrame]) -> (TaskState
         .expect("a final status frame")
 }
 
-fn artifacts(frames: &[capsule_protocol::frame::NumberedFrame]) -> Vec<capsule_protocol::frame::ArtifactBody> {
+fn artifacts(frames: &[capsule_protocol::frame::SharedFrame]) -> Vec<capsule_protocol::frame::ArtifactBody> {
     frames
         .iter()
         .filter_map(|f| if let Frame::Artifact { artifact, .. } = &f.frame { Some(artifact.clone()) } else { None })

@@ -32,7 +32,7 @@ async fn a_tool_result_that_is_not_journaled_is_never_sent_shown_or_kept() {
         !frames.iter().any(|f| matches!(f.frame, Frame::Artifact { .. })),
         "no frame shows the unjournaled result: {kinds:?}"
     );
-    let working = |f: &&capsule_protocol::frame::NumberedFrame| matches!(&f.frame, Frame::Status { status, .. } if status.message == "inference turn 2");
+    let working = |f: &&capsule_protocol::frame::SharedFrame| matches!(&f.frame, Frame::Status { status, .. } if status.message == "inference turn 2");
     assert!(!frames.iter().any(|f| working(&f)), "the turn that never happened is not shown: {kinds:?}");
 
     // The next task's request holds exactly what the journal holds: the result is not in the

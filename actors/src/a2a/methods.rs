@@ -53,7 +53,7 @@ async fn answer(s: &Session, d: Dialect, task_id: &str, text: &str) -> Result<Ta
 async fn settled(
     s: &Session,
     task_id: &str,
-    rx: &mut tokio::sync::mpsc::Receiver<capsule_protocol::frame::NumberedFrame>,
+    rx: &mut tokio::sync::mpsc::Receiver<capsule_protocol::frame::SharedFrame>,
     done: Option<tokio::sync::oneshot::Receiver<crate::agent_loop::TaskOutcome>>,
 ) -> Result<TaskRecord, Answer> {
     let stops = |f: &Frame| matches!(f, Frame::Status { id, status, is_final, .. } if id == task_id && (*is_final || status.state == TaskState::InputRequired));

@@ -6,7 +6,7 @@
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use capsule_protocol::frame::{Frame, NumberedFrame};
+use capsule_protocol::frame::{Frame, SharedFrame};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -32,7 +32,7 @@ pub struct Plan {
 }
 
 /// The `text/event-stream` response for `plan`, fed by `rx`.
-pub fn respond(plan: Plan, mut rx: mpsc::Receiver<NumberedFrame>) -> Response {
+pub fn respond(plan: Plan, mut rx: mpsc::Receiver<SharedFrame>) -> Response {
     let (tx, mut out) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let Plan { request_id, lead, ended, mut events } = plan;
     tokio::spawn(async move {

@@ -39,6 +39,16 @@ use std::path::PathBuf;
 
 use crate::gateway::InferReply;
 use crate::tools::ToolRunReply;
+
+/// The roles the loop tells on every turn; [`LoopState::peer`] names them once.
+const PEERS: [&str; 6] = [
+    crate::names::role::JOURNAL,
+    crate::names::role::EMITTER,
+    crate::names::role::SPEND,
+    crate::names::role::TOOLS,
+    crate::names::role::COALESCER,
+    crate::names::role::CREDENTIALS,
+];
 pub use task::Running;
 
 /// Who submitted a task: `lifecycle.task_acceptance: none` accepts only the launch task.
@@ -312,6 +322,8 @@ pub struct LoopState {
     pub(crate) totals: hooks::Totals,
     /// A step journaled without waiting (a turn's last tool result), until it is settled.
     pub(crate) unacked: Option<unacked::Unacked>,
+    /// The session's peers the loop tells on every turn, named once (see [`LoopState::peer`]).
+    pub(crate) peers: Vec<crate::peer::Peer>,
 }
 
 /// The agent loop actor.
@@ -344,7 +356,9 @@ impl Actor for AgentLoop {
             asked: 0,
             totals: Default::default(),
             unacked: None,
+            peers: Vec::new(),
         };
+        state.peers = PEERS.iter().map(|r| crate::peer::Peer::of(state.sid(), r)).collect();
         state.restore(restored);
         Ok(state)
     }

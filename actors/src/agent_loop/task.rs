@@ -53,8 +53,13 @@ impl LoopState {
         &self.config.session_id
     }
 
+    /// The session's actor with `role`. A peer is still found by name when it is asked, so a
+    /// restarted one is reached; only the name is made once.
     pub(crate) fn peer(&self, role: &'static str) -> Peer {
-        Peer::of(self.sid(), role)
+        match self.peers.iter().find(|p| p.role() == role) {
+            Some(p) => p.clone(),
+            None => Peer::of(self.sid(), role),
+        }
     }
 
     /// Send a frame to the emitter (which journals it to `frames.jsonl` and fans it out). An

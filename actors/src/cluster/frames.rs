@@ -10,7 +10,7 @@
 //! progress) then costs one acknowledged round trip instead of one per frame; readers take
 //! both forms ([`frames_of`]).
 
-use capsule_protocol::frame::NumberedFrame;
+use capsule_protocol::frame::{NumberedFrame, Published, SharedFrame};
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
@@ -20,7 +20,7 @@ use crate::emitter::EmitterMsg;
 /// What the emitter hands its writer, in order.
 pub enum Pending {
     /// A frame (stored first when it has an id).
-    Frame(NumberedFrame),
+    Frame(SharedFrame),
     /// The session's `Close`, answered after every frame before it.
     Close(RpcReplyPort<()>),
 }
@@ -80,7 +80,7 @@ pub async fn follow(
     js: &async_nats::jetstream::Context,
     session: &str,
     after: Option<u64>,
-) -> Result<mpsc::Receiver<NumberedFrame>, super::ClusterError> {
+) -> Result<mpsc::Receiver<SharedFrame>, super::ClusterError> {
     use async_nats::jetstream::consumer::pull::OrderedConfig;
     use futures::StreamExt;
     let subject = super::subject(session, super::Record::Frames)?;
@@ -117,14 +117,14 @@ pub async fn follow(
                             Some(id) if id > last => last = id,
                             _ => continue,
                         }
-                        if tx.send(frame).await.is_err() {
+                        if tx.send(Published::new(frame)).await.is_err() {
                             return;
                         }
                     }
                 }
                 _ = check.tick() => {
                     if ended(&js, &session, &subject, last).await {
-                        let _ = tx.send(NumberedFrame { id: None, frame: capsule_protocol::frame::Frame::CapsuleClosed {} }).await;
+                        let _ = tx.send(Published::unnumbered(capsule_protocol::frame::Frame::CapsuleClosed {})).await;
                         return;
                     }
                 }

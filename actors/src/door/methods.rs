@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use capsule_protocol::frame::{Frame, NumberedFrame, TaskState};
+use capsule_protocol::frame::{Frame, Published, TaskState};
 use capsule_protocol::manifest::ArtifactRuntime;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -193,10 +193,8 @@ async fn watch(s: &Session, headers: &HeaderMap) -> Response {
     let Some(rx) = s.subscribe(after).await else {
         return sse::error_stream("the stream emitter is not running".into());
     };
-    let ack = NumberedFrame {
-        id: None,
-        frame: Frame::ConnectionAck { role: "observer".into(), conversation_mode: "single".into() },
-    };
+    let ack =
+        Published::unnumbered(Frame::ConnectionAck { role: "observer".into(), conversation_mode: "single".into() });
     sse::response(sse::stream(vec![ack], rx, Until::Closed, None))
 }
 

@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
-use capsule_protocol::frame::{Frame, NumberedFrame};
+use capsule_protocol::frame::{Frame, Published, SharedFrame};
 use tokio::sync::mpsc;
 
 use super::HEARTBEAT;
@@ -28,8 +28,8 @@ pub fn response(body: Body) -> Response<Body> {
 
 /// A stream of the given leading frames, then the subscription's frames.
 pub fn stream(
-    lead: Vec<NumberedFrame>,
-    mut rx: mpsc::Receiver<NumberedFrame>,
+    lead: Vec<SharedFrame>,
+    mut rx: mpsc::Receiver<SharedFrame>,
     until: Until,
     only_task: Option<String>,
 ) -> Body {
@@ -51,7 +51,7 @@ pub fn stream(
                         // `capsule-closed`, so the door writes it (a duplicate is harmless: the
                         // stream ends at the first).
                         if matches!(until, Until::Closed) {
-                            let closed = NumberedFrame { id: None, frame: Frame::CapsuleClosed {} };
+                            let closed = Published::unnumbered(Frame::CapsuleClosed {});
                             let _ = tx.send(Ok(Bytes::from(closed.to_sse()))).await;
                         }
                         return;
@@ -95,7 +95,7 @@ fn tokio_stream_from(
 
 /// A one-frame stream: an `error` frame, for a stream request that cannot be served.
 pub fn error_stream(message: String) -> Response<Body> {
-    let f = NumberedFrame { id: None, frame: Frame::Error { error: message } };
+    let f = Published::unnumbered(Frame::Error { error: message });
     response(Body::from(f.to_sse()))
 }
 
@@ -106,7 +106,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_stream_writes_a_heartbeat_comment_every_15_seconds() {
-        let (_tx, rx) = mpsc::channel::<NumberedFrame>(4);
+        let (_tx, rx) = mpsc::channel::<SharedFrame>(4);
         let mut body = stream(Vec::new(), rx, Until::Closed, None);
         let first = tokio::time::timeout(HEARTBEAT + std::time::Duration::from_millis(10), body.frame())
             .await

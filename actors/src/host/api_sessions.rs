@@ -51,13 +51,12 @@ pub async fn session(
 
 /// The session's frames from JetStream, after `Last-Event-ID`.
 async fn watch(c: &crate::cluster::ClusterHost, session: &str, headers: &axum::http::HeaderMap) -> Response {
-    use capsule_protocol::frame::{Frame, NumberedFrame};
+    use capsule_protocol::frame::{Frame, Published};
     let after = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     match crate::cluster::frames::follow(&c.js, session, after).await {
         Ok(rx) => {
             let role = "observer".into();
-            let ack =
-                NumberedFrame { id: None, frame: Frame::ConnectionAck { role, conversation_mode: "single".into() } };
+            let ack = Published::unnumbered(Frame::ConnectionAck { role, conversation_mode: "single".into() });
             crate::door::sse::response(crate::door::sse::stream(vec![ack], rx, crate::door::sse::Until::Closed, None))
         }
         Err(e) => crate::door::sse::error_stream(super::chain(&e)),
