@@ -253,7 +253,8 @@ impl NumberedFrame {
 #[derive(Debug, PartialEq)]
 pub struct Published {
     numbered: NumberedFrame,
-    data: String,
+    /// Exactly as long as the text: the replay ring keeps up to 512 of these.
+    data: Box<str>,
 }
 
 /// A published frame, shared by the replay ring and every subscriber.
@@ -262,7 +263,7 @@ pub type SharedFrame = std::sync::Arc<Published>;
 impl Published {
     /// Publish a numbered frame: serialize its data now.
     pub fn new(numbered: NumberedFrame) -> SharedFrame {
-        let data = numbered.frame.data_json();
+        let data = numbered.frame.data_json().into_boxed_str();
         std::sync::Arc::new(Published { numbered, data })
     }
 

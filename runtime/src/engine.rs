@@ -88,6 +88,10 @@ pub(crate) fn config(pooling: bool) -> Config {
             .total_core_instances(POOL_INSTANCES * 4)
             .total_memories(POOL_INSTANCES * 2)
             .total_tables(POOL_INSTANCES * 4)
+            // One fiber stack per store at work, and a store holds one component instance: more
+            // stacks than instances could never be used, and each one costs an `mprotect` of
+            // its guard page when the engine is built (1,000 by default).
+            .total_stacks(POOL_INSTANCES)
             .max_memories_per_component(crate::limiter::MAX_MEMORIES as u32)
             .max_tables_per_component(crate::limiter::MAX_TABLES as u32);
         // A freed slot keeps the pages its call wrote, reset in place to the component's initial
