@@ -235,17 +235,26 @@ impl LoadedArtifact {
         let runtime = tokio::runtime::Handle::current();
         // Dropped with this future (or after the call): the call on the other thread ends.
         let (_stop_on_drop, stopped) = tokio::sync::oneshot::channel::<std::convert::Infallible>();
+        let (answer, answered) = tokio::sync::oneshot::channel();
         let job = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move {
                 tokio::select! {
-                    outcome = this.call_here(&host, &grants, events, input, true) => Some(outcome),
-                    _ = stopped => None,
+                    (outcome, store) = this.call_keeping_store(&host, &grants, events, input, true) => {
+                        // The answer leaves before the store is torn down: resetting the
+                        // instance's memory slot is this thread's work while the caller goes on.
+                        let _ = answer.send(outcome);
+                        drop(store);
+                    }
+                    _ = stopped => {}
                 }
             })
         });
+        if let Ok(outcome) = answered.await {
+            return outcome;
+        }
+        // No answer: the thread stopped before it had one.
         match job.await {
-            Ok(Some(outcome)) => outcome,
-            Ok(None) => CallOutcome::refused(CallError::Instantiate {
+            Ok(()) => CallOutcome::refused(CallError::Instantiate {
                 artifact: self.name.clone(),
                 source: "the call was stopped before it finished".into(),
             }),
@@ -263,23 +272,39 @@ impl LoadedArtifact {
         input: ToolInput,
         inline_files: bool,
     ) -> CallOutcome {
+        let (outcome, store) = self.call_keeping_store(host, grants, events, input, inline_files).await;
+        drop(store);
+        outcome
+    }
+
+    /// [`Self::call_here`], handing back the call's store (when one was made) for the caller to
+    /// drop.
+    async fn call_keeping_store(
+        &self,
+        host: &Host,
+        grants: &Grants,
+        events: Arc<dyn GuestEvents>,
+        input: ToolInput,
+        inline_files: bool,
+    ) -> (CallOutcome, Option<Store<StoreState>>) {
         let Pre::Run(pre) = &self.pre else {
-            return CallOutcome::refused(CallError::Instantiate {
+            let refused = CallOutcome::refused(CallError::Instantiate {
                 artifact: self.name.clone(),
                 source: "a hook has no `run` export; the runtime calls it through its lifecycle".into(),
             });
+            return (refused, None);
         };
         let l = grants.limits;
         let mut store = match new_store(host, grants, events, &self.name, inline_files) {
             Ok(s) => s,
-            Err(e) => return CallOutcome::refused(e),
+            Err(e) => return (CallOutcome::refused(e), None),
         };
         let t0 = Instant::now();
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => {
                 let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
-                return CallOutcome {
+                let outcome = CallOutcome {
                     result: Err(err),
                     instantiate_time: t0.elapsed(),
                     call_time: Duration::ZERO,
@@ -287,6 +312,7 @@ impl LoadedArtifact {
                     upstream: None,
                     unreachable: None,
                 };
+                return (outcome, Some(store));
             }
         };
         let instantiate_time = t0.elapsed();
@@ -333,7 +359,9 @@ impl LoadedArtifact {
         };
         let upstream = *store.data().hooks.last.lock().unwrap_or_else(|p| p.into_inner());
         let unreachable = store.data().hooks.unreachable.lock().unwrap_or_else(|p| p.into_inner()).take();
-        CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream, unreachable }
+        let outcome =
+            CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream, unreachable };
+        (outcome, Some(store))
     }
 
     pub(crate) fn classify(
