@@ -229,7 +229,8 @@ impl LoadedArtifact {
         if !grants.has_folder() {
             // Boxed: the call's future is several KiB, and an actor that awaits it inline in a
             // handler would keep that much in its message loop for its whole life.
-            return Box::pin(self.call_here(host, grants, events, input, false)).await;
+            // The store is dropped here, with the rest of the pair.
+            return Box::pin(self.call_here(host, grants, events, input, false)).await.0;
         }
         let (this, host, grants) = (self.clone(), host.clone(), grants.clone());
         let runtime = tokio::runtime::Handle::current();
@@ -239,7 +240,7 @@ impl LoadedArtifact {
         let job = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move {
                 tokio::select! {
-                    (outcome, store) = this.call_keeping_store(&host, &grants, events, input, true) => {
+                    (outcome, store) = this.call_here(&host, &grants, events, input, true) => {
                         // The answer leaves before the store is torn down: resetting the
                         // instance's memory slot is this thread's work while the caller goes on.
                         let _ = answer.send(outcome);
@@ -263,23 +264,10 @@ impl LoadedArtifact {
         }
     }
 
-    /// The call on this thread; `inline_files`: WASI file operations block this thread.
+    /// The call on this thread; `inline_files`: WASI file operations block this thread. The
+    /// call's store (when one was made) comes back beside the outcome, for the caller to drop
+    /// when it suits.
     async fn call_here(
-        &self,
-        host: &Host,
-        grants: &Grants,
-        events: Arc<dyn GuestEvents>,
-        input: ToolInput,
-        inline_files: bool,
-    ) -> CallOutcome {
-        let (outcome, store) = self.call_keeping_store(host, grants, events, input, inline_files).await;
-        drop(store);
-        outcome
-    }
-
-    /// [`Self::call_here`], handing back the call's store (when one was made) for the caller to
-    /// drop.
-    async fn call_keeping_store(
         &self,
         host: &Host,
         grants: &Grants,
