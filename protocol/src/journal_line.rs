@@ -13,7 +13,6 @@
 //! (no line has `_crc`) is read as plain JSON lines.
 
 use std::fmt;
-use std::io::Write as _;
 
 const KEY: &[u8] = b"\"_crc\":\"";
 /// `"_crc":"` + 8 hex digits + `"}`.
@@ -32,10 +31,35 @@ pub fn seal_line(mut object: Vec<u8>, n: u64) -> Vec<u8> {
         if object.len() > 1 {
             object.push(b',');
         }
-        // Written in place: `write!` into a Vec cannot fail, and no String is made per line.
-        let _ = write!(object, "\"_n\":{n}}}");
+        object.extend_from_slice(b"\"_n\":");
+        push_decimal(&mut object, n);
+        object.push(b'}');
     }
     seal(object)
+}
+
+/// Append `n` in decimal. Every journal line gets a number and a seal, so they are written
+/// digit by digit rather than through the formatting machinery.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Append `v` as eight lower-case hex digits (`{v:08x}`).
+fn push_hex8(out: &mut Vec<u8>, v: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..8).rev() {
+        out.push(HEX[((v >> (shift * 4)) & 0xf) as usize]);
+    }
 }
 
 /// The `_n` an unsealed object ends with.
@@ -55,7 +79,7 @@ pub fn seal(mut object: Vec<u8>) -> Vec<u8> {
             object.push(b',');
         }
         object.extend_from_slice(KEY);
-        let _ = write!(object, "{sum:08x}");
+        push_hex8(&mut object, sum);
         object.extend_from_slice(b"\"}");
     }
     object.push(b'\n');
@@ -158,6 +182,20 @@ impl fmt::Display for Scan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_and_seals_are_written_as_format_writes_them() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
+        for v in [0, 1, 0xf, 0x10, 0xabcdef, 0x0123_4567, 0x89ab_cdef, u32::MAX] {
+            let mut out = Vec::new();
+            push_hex8(&mut out, v);
+            assert_eq!(out, format!("{v:08x}").into_bytes());
+        }
+    }
 
     fn file(objects: &[&str]) -> Vec<u8> {
         objects.iter().enumerate().flat_map(|(i, o)| seal_line(o.as_bytes().to_vec(), i as u64 + 1)).collect()
