@@ -18,6 +18,7 @@ mod compaction;
 mod context;
 mod hooks;
 mod intake;
+mod peers;
 mod resume;
 mod settings;
 mod spans;
@@ -39,16 +40,6 @@ use std::path::PathBuf;
 
 use crate::gateway::InferReply;
 use crate::tools::ToolRunReply;
-
-/// The roles the loop tells on every turn; [`LoopState::peer`] names them once.
-const PEERS: [&str; 6] = [
-    crate::names::role::JOURNAL,
-    crate::names::role::EMITTER,
-    crate::names::role::SPEND,
-    crate::names::role::TOOLS,
-    crate::names::role::COALESCER,
-    crate::names::role::CREDENTIALS,
-];
 pub use task::Running;
 
 /// Who submitted a task: `lifecycle.task_acceptance: none` accepts only the launch task.
@@ -358,7 +349,7 @@ impl Actor for AgentLoop {
             unacked: None,
             peers: Vec::new(),
         };
-        state.peers = PEERS.iter().map(|r| crate::peer::Peer::of(state.sid(), r)).collect();
+        state.peers = peers::named(state.sid());
         state.restore(restored);
         Ok(state)
     }

@@ -9,7 +9,7 @@ use super::LoopState;
 use crate::control::{ChoiceView, ControlError, Principal, SettingChange};
 use crate::credentials::CredentialsMsg;
 use crate::names::role;
-use crate::peer::{Peer, wait};
+use crate::peer::wait;
 
 impl LoopState {
     fn choice_names(&self) -> String {
@@ -47,7 +47,8 @@ impl LoopState {
                 ControlError::UndeclaredDriver { name: name.to_string(), choices: self.choice_names() },
             ));
         };
-        let decided = Peer::of(&self.config.session_id, role::CREDENTIALS)
+        let decided = self
+            .peer(role::CREDENTIALS)
             .ask(|reply| CredentialsMsg::Select { index, reply }, wait::CONTROL)
             .await
             .unwrap_or_else(|e| Err(ControlError::Unavailable(e)));
@@ -87,10 +88,7 @@ impl LoopState {
     /// The `GET /control` body.
     pub(crate) async fn control_view(&self) -> Value {
         let crate::credentials::CredentialsStatus { available, secrets } =
-            Peer::of(&self.config.session_id, role::CREDENTIALS)
-                .ask(CredentialsMsg::Status, wait::CONTROL)
-                .await
-                .unwrap_or_default();
+            self.peer(role::CREDENTIALS).ask(CredentialsMsg::Status, wait::CONTROL).await.unwrap_or_default();
         let in_use = &self.config.choices[self.config.choice_in_use.get().min(self.config.choices.len() - 1)];
         let settings: Vec<Value> = self
             .config

@@ -49,19 +49,6 @@ pub struct Running {
 }
 
 impl LoopState {
-    pub(crate) fn sid(&self) -> &str {
-        &self.config.session_id
-    }
-
-    /// The session's actor with `role`. A peer is still found by name when it is asked, so a
-    /// restarted one is reached; only the name is made once.
-    pub(crate) fn peer(&self, role: &'static str) -> Peer {
-        match self.peers.iter().find(|p| p.role() == role) {
-            Some(p) => p.clone(),
-            None => Peer::of(self.sid(), role),
-        }
-    }
-
     /// Send a frame to the emitter (which journals it to `frames.jsonl` and fans it out). An
     /// emitter that is restarting loses the frame; the trace and conversation still have it.
     pub(crate) fn emit(&self, frame: Frame) {
