@@ -200,14 +200,22 @@ impl LoadedArtifact {
     /// Start, ahead of the first call, one blocking-pool thread if a call with any of `grants`
     /// would run on one (see [`LoadedArtifact::call`]); nothing when every call stays on the
     /// runtime's workers or there is no runtime. A first tool call otherwise creates the thread
-    /// itself, about 50 µs of its turn. tokio keeps an idle blocking thread for 10 s, so a call
-    /// that comes later pays for its thread as before: this only takes the cost out of a quick
-    /// first turn.
+    /// itself, about 50 µs of its turn. The thread also does now what a first call on it would:
+    /// wasmtime's per-thread set-up (its signal stack), the seed of the thread's random numbers
+    /// (a WASI context takes two) and tokio's parking state (the call runs in `block_on`).
+    /// tokio keeps an idle blocking thread for 10 s, so a call that comes later pays for its
+    /// thread as before: this only takes the cost out of a quick first turn.
     pub fn warm_call_thread<'a>(grants: impl IntoIterator<Item = &'a Grants>) {
         if grants.into_iter().any(Grants::has_folder)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            drop(runtime.spawn_blocking(|| ()));
+            let handle = runtime.clone();
+            // No store, no instance and no guest code: nothing here is granted anything.
+            drop(runtime.spawn_blocking(move || {
+                wasmtime::Engine::tls_eager_initialize();
+                drop(wasmtime_wasi::WasiCtxBuilder::new().build());
+                handle.block_on(async {});
+            }));
         }
     }
 
