@@ -143,7 +143,10 @@ fn per_turn(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: b
 
 /// [`per_turn`] with the stub taking `think_ms` before each answer, as a provider would.
 fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>, print: bool, think_ms: u64) -> Turns {
-    rt.block_on(async {
+    // The session's reader is a task on the session's runtime, as `capsule run`'s printer is,
+    // not this thread's `block_on`: a reader outside the runtime is one more thread every burst
+    // of frames wakes, a cost `capsule run` does not have.
+    let session = rt.spawn(async move {
         // `CAPSULE_BENCH_TURNS`: a longer session, for a profile in which the turns outweigh the
         // set-up (the tables still read turns 1–100).
         let n = std::env::var("CAPSULE_BENCH_TURNS").ok().and_then(|v| v.parse().ok()).unwrap_or(TURNS).max(TURNS);
@@ -224,7 +227,8 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         println!("\nFlatness by windows: turns 81–100 / turns 2–20 = {:.2}", late / early);
         println!("\nFlatness: turn 100 / turn 1 = {:.2}; around turn 100 / around turn 2 = {:.2} (turn 1 also pays first-use costs)", row[&100] / row[&1], row[&100] / row[&2]);
         Turns { rows: row, windows }
-    })
+    });
+    rt.block_on(session).expect("the session's task")
 }
 
 /// More sessions like the printed one (`CAPSULE_BENCH_SESSIONS` in all, 5 unless set): one
