@@ -165,7 +165,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
     Beneath::create(&opts.workdir).map_err(LaunchError::Files)?;
     opts.workdir = std::fs::canonicalize(&opts.workdir)
         .map_err(|source| LaunchError::Io { path: opts.workdir.clone(), source })?;
-    let files = Beneath::open(&opts.workdir).and_then(|w| w.dir(FILES_DIR, true)).map_err(LaunchError::Files)?;
+    let files = Beneath::open(&opts.workdir).and_then(|w| w.into_dir(FILES_DIR, true)).map_err(LaunchError::Files)?;
     let files = files.path().to_path_buf();
     let disk = DiskMeter::default();
     let opts = &opts;

@@ -149,7 +149,7 @@ impl Session {
         let dir = prepared.workdir.join(&session_id);
         let out_dir = dir.join("out");
         Beneath::open(&prepared.workdir)
-            .and_then(|w| w.dir(&format!("{session_id}/out"), true))
+            .and_then(|w| w.into_dir(&format!("{session_id}/out"), true))
             .map_err(LaunchError::Files)?;
         let m = &prepared.manifest;
         let (choices, choice_warnings) = crate::choices::resolve(m);

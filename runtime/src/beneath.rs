@@ -146,6 +146,13 @@ impl Beneath {
         &self.path
     }
 
+    /// [`Beneath::dir`], taking this handle: for the folder itself (`rel` is `.`) the answer is
+    /// this handle, not a second descriptor of it (a tool scoped to the workdir opens its
+    /// folder at every call).
+    pub fn into_dir(self, rel: &str, create: bool) -> Result<Beneath, BeneathError> {
+        if plain_parts(rel)?.is_empty() { Ok(self) } else { self.dir(rel, create) }
+    }
+
     /// The folder at `rel` below this one, walked without following any symlink; with
     /// `create`, missing folders are made `0700`.
     pub fn dir(&self, rel: &str, create: bool) -> Result<Beneath, BeneathError> {
@@ -292,6 +299,30 @@ mod tests {
         // A FIFO with no reader is refused without blocking: by the open (ENXIO) or the check.
         assert!(root.file("fifo", FileMode::Truncate).is_err());
         assert!(matches!(root.file("fifo", FileMode::Read), Err(BeneathError::NotOwnedRegular { .. })));
+    }
+
+    #[test]
+    fn into_dir_is_the_folder_itself_for_dot_and_walks_like_dir_below_it() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().expect("tmp");
+        let outside = tempfile::tempdir().expect("tmp");
+        std::os::unix::fs::symlink(outside.path(), t.path().join("link")).expect("link");
+        let inode = |b: &Beneath| std::fs::metadata(b.fd_path()).expect("stat").ino();
+        let root = Beneath::open(t.path()).expect("root");
+        let root_ino = inode(&root);
+        for dot in [".", "./", ""] {
+            let same = Beneath::open(t.path()).expect("root").into_dir(dot, true).expect("itself");
+            assert_eq!(inode(&same), root_ino, "{dot:?}");
+            assert_eq!(same.path(), t.path());
+        }
+        let made = root.into_dir("a/b", true).expect("made");
+        assert_eq!(made.path(), t.path().join("a/b"));
+        assert_eq!(inode(&made), std::fs::metadata(t.path().join("a/b")).expect("stat").ino());
+        for bad in ["link", "link/x", "..", "/etc"] {
+            let r = Beneath::open(t.path()).expect("root").into_dir(bad, true);
+            assert!(r.is_err(), "{bad:?} accepted");
+        }
+        assert!(std::fs::read_dir(outside.path()).expect("read").next().is_none(), "nothing made through the link");
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub struct Scope {
 impl Scope {
     /// Resolve the scope now, creating missing folders `0700`.
     pub fn resolve(&self) -> Result<Beneath, BeneathError> {
-        Beneath::open(&self.workdir)?.dir(&self.relative, true)
+        Beneath::open(&self.workdir)?.into_dir(&self.relative, true)
     }
 }
 
