@@ -12,7 +12,8 @@
 //!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default),
 //!   on the runtime `capsule run` runs on (one worker), and as many sessions on the one `capsule
 //!   host` runs on (a worker per core), alternating, in a last table. The stub runs on a runtime
-//!   of its own, as a provider is another process;
+//!   of its own, as a provider is another process; the session's frames are read by a task on
+//!   the session's runtime, as `capsule run`'s printer reads them;
 //! - the same per-turn overhead when the stub takes 20 ms to answer each request, next to the
 //!   instant stub's, in alternating sessions (`--think` prints this table alone);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
