@@ -298,7 +298,6 @@ impl std::ops::Deref for Published {
 
 /// `{"data":<data>,"event":"<event>","id":<id or null>}`.
 fn line_around(id: Option<u64>, event: &str, data: &str) -> String {
-    use std::fmt::Write as _;
     let mut out = String::with_capacity(data.len() + event.len() + 40);
     out.push_str("{\"data\":");
     out.push_str(data);
@@ -307,9 +306,7 @@ fn line_around(id: Option<u64>, event: &str, data: &str) -> String {
     out.push_str(event);
     out.push_str("\",\"id\":");
     match id {
-        Some(id) => {
-            let _ = write!(out, "{id}");
-        }
+        Some(id) => out.push_str(crate::journal_line::decimal(id, &mut [0; 20])),
         None => out.push_str("null"),
     }
     out.push('}');
@@ -318,12 +315,15 @@ fn line_around(id: Option<u64>, event: &str, data: &str) -> String {
 
 /// `id: <id>` (when there is one), `event:`, one-line `data:`, blank line.
 fn sse_around(id: Option<u64>, event: &str, data: &str) -> String {
-    use std::fmt::Write as _;
     let mut s = String::with_capacity(data.len() + event.len() + 40);
     if let Some(id) = id {
-        let _ = writeln!(s, "id: {id}");
+        s.push_str("id: ");
+        s.push_str(crate::journal_line::decimal(id, &mut [0; 20]));
+        s.push('\n');
     }
-    let _ = write!(s, "event: {event}\ndata: {data}\n\n");
+    for part in ["event: ", event, "\ndata: ", data, "\n\n"] {
+        s.push_str(part);
+    }
     s
 }
 

@@ -40,8 +40,13 @@ pub fn seal_line(mut object: Vec<u8>, n: u64) -> Vec<u8> {
 
 /// Append `n` in decimal. Every journal line gets a number and a seal, so they are written
 /// digit by digit rather than through the formatting machinery.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(decimal(n, &mut [0; 20]).as_bytes());
+}
+
+/// `n` in decimal, written into the end of `digits`: what `format!("{n}")` gives, without the
+/// formatting machinery (journal lines and frame lines number every line).
+pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &str {
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -51,7 +56,8 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[at..]);
+    // ASCII digits only.
+    std::str::from_utf8(&digits[at..]).unwrap_or_default()
 }
 
 /// Append `v` as eight lower-case hex digits (`{v:08x}`).
