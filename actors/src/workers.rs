@@ -9,7 +9,8 @@
 //! capsule (`capsule run`, `capsule demo`, and the clients) therefore gets one worker. Nothing
 //! blocks it: a tool with a folder runs on a blocking-pool thread of its own, a guest that never
 //! calls the host yields at every epoch tick, and components are compiled at launch, before the
-//! door opens.
+//! door opens. That tool's thread is kept on the one worker's CPU while the worker waits for it
+//! (`capsule_runtime`'s `affinity`), so the turn's hand-offs to and from it stay on one CPU too.
 //!
 //! A host runs many capsules that do have work at the same time, and gets one worker per core.
 //! `TOKIO_WORKER_THREADS` in the environment overrides both.

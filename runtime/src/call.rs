@@ -202,16 +202,19 @@ impl LoadedArtifact {
     /// runtime's workers or there is no runtime. A first tool call otherwise creates the thread
     /// itself, about 50 µs of its turn. The thread also does now what a first call on it would:
     /// wasmtime's per-thread set-up (its signal stack), the seed of the thread's random numbers
-    /// (a WASI context takes two) and tokio's parking state (the call runs in `block_on`).
-    /// tokio keeps an idle blocking thread for 10 s, so a call that comes later pays for its
+    /// (a WASI context takes two) and tokio's parking state (the call runs in `block_on`), and
+    /// in a one-worker runtime it goes to the worker's CPU as a call's thread does
+    /// ([`crate::affinity`]). tokio keeps an idle blocking thread for 10 s, so a call that comes later pays for its
     /// thread as before: this only takes the cost out of a quick first turn.
     pub fn warm_call_thread<'a>(grants: impl IntoIterator<Item = &'a Grants>) {
         if grants.into_iter().any(Grants::has_folder)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let handle = runtime.clone();
+            let place = crate::affinity::Place::ask();
             // No store, no instance and no guest code: nothing here is granted anything.
             drop(runtime.spawn_blocking(move || {
+                place.take();
                 wasmtime::Engine::tls_eager_initialize();
                 drop(wasmtime_wasi::WasiCtxBuilder::new().build());
                 handle.block_on(async {});
@@ -225,8 +228,9 @@ impl LoadedArtifact {
     /// WASI file operations run inline on that thread. Otherwise every file operation would be
     /// its own hop to a blocking-pool thread and back (a folder listing took about 260 µs
     /// that way, about 110 µs inline). A slow disk then holds only that call's thread, never a
-    /// runtime worker. Dropping the returned future stops the call, as it does for any call:
-    /// the guest stops at its next host call or epoch tick.
+    /// runtime worker. In a runtime with one worker, that thread is kept on the worker's CPU
+    /// ([`crate::affinity`]). Dropping the returned future stops the call, as it does for any
+    /// call: the guest stops at its next host call or epoch tick.
     pub async fn call(
         &self,
         host: &Host,
@@ -245,7 +249,10 @@ impl LoadedArtifact {
         // Dropped with this future (or after the call): the call on the other thread ends.
         let (_stop_on_drop, stopped) = tokio::sync::oneshot::channel::<std::convert::Infallible>();
         let (answer, answered) = tokio::sync::oneshot::channel();
+        // Beside a runtime's one worker, the worker waits while the call runs (`affinity`).
+        let place = crate::affinity::Place::ask();
         let job = tokio::task::spawn_blocking(move || {
+            place.take();
             runtime.block_on(async move {
                 tokio::select! {
                     (outcome, store) = this.call_here(&host, &grants, events, input, true) => {

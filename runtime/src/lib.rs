@@ -15,6 +15,7 @@
 //! This crate knows nothing of actors. Live events from a guest leave through the
 //! [`GuestEvents`] trait that the caller implements.
 
+mod affinity;
 mod beneath;
 mod bindings;
 mod budget;

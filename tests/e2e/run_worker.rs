@@ -1,6 +1,6 @@
 //! `capsule run` runs its one capsule on one runtime worker (`capsule_actors::workers`, whose
 //! own test counts the workers), and a tool blocked in a file operation does not hold it: the
-//! door still answers.
+//! door still answers. The tool's thread is kept on the worker's CPU; the worker is not.
 
 use crate::common::{a_thread_waits_in, anthropic_capsule, make_fifo, repo, stub, unblock_fifo};
 use capsule_stub::Turn;
@@ -51,13 +51,50 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
         .await
         .map(|r| r.status().as_u16());
     let still_blocked = a_thread_waits_in(pid, "wait_for_partner");
+    let threads = threads_of(pid);
+    let process_cpus = cpus_allowed(&format!("/proc/{pid}/status"));
     // A writer lets the open finish (the read fails and the task goes on); opened before any
     // assertion, so a failing run ends.
     let writer = unblock_fifo(&fifo);
     assert_eq!(card.ok(), Some(200), "the door answered while the tool was blocked");
     assert!(still_blocked, "the tool's open was still waiting for a writer");
+    let tool = threads.iter().find(|t| t.wchan == "wait_for_partner").expect("the tool's thread");
+    assert!(tool.cpus.parse::<usize>().is_ok(), "the tool's thread is kept on one CPU: {tool:?}");
+    assert!(
+        threads.iter().any(|t| t.name.starts_with("tokio-") && t.wchan != "wait_for_partner" && t.cpus == process_cpus),
+        "the worker may still run on every CPU of the process ({process_cpus}): {threads:?}"
+    );
     let status = run.wait().expect("exits");
     drop(writer);
     assert!(status.success(), "the task ends and the process exits 0: {status:?}");
     assert_eq!(provider.requests().len(), 2, "the tool's error went back to the model, which answered");
+}
+
+/// One thread of a process: its name, where it waits and the CPUs it may run on.
+#[derive(Debug)]
+struct Thread {
+    name: String,
+    wchan: String,
+    cpus: String,
+}
+
+fn threads_of(pid: u32) -> Vec<Thread> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    tasks
+        .flatten()
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default().trim().to_string();
+            Thread {
+                name: read("comm"),
+                wchan: read("wchan"),
+                cpus: cpus_allowed(&t.path().join("status").display().to_string()),
+            }
+        })
+        .collect()
+}
+
+/// `Cpus_allowed_list` of a `/proc/.../status` file.
+fn cpus_allowed(status: &str) -> String {
+    let text = std::fs::read_to_string(status).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
 }
