@@ -204,8 +204,9 @@ impl LoadedArtifact {
     /// wasmtime's per-thread set-up (its signal stack), the seed of the thread's random numbers
     /// (a WASI context takes two) and tokio's parking state (the call runs in `block_on`), and
     /// in a one-worker runtime it goes to the worker's CPU as a call's thread does
-    /// ([`crate::affinity`]). tokio keeps an idle blocking thread for 10 s, so a call that comes later pays for its
-    /// thread as before: this only takes the cost out of a quick first turn.
+    /// ([`crate::affinity`]). tokio keeps an idle blocking thread for 10 s, so a call that
+    /// comes later pays for its thread as before: this only takes the cost out of a quick first
+    /// turn.
     pub fn warm_call_thread<'a>(grants: impl IntoIterator<Item = &'a Grants>) {
         if grants.into_iter().any(Grants::has_folder)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -249,7 +250,8 @@ impl LoadedArtifact {
         // Dropped with this future (or after the call): the call on the other thread ends.
         let (_stop_on_drop, stopped) = tokio::sync::oneshot::channel::<std::convert::Infallible>();
         let (answer, answered) = tokio::sync::oneshot::channel();
-        // Beside a runtime's one worker, the worker waits while the call runs (`affinity`).
+        // Where the call's thread runs: beside a one-worker runtime's worker, when no other
+        // such call runs (`affinity`).
         let place = crate::affinity::Place::ask();
         let job = tokio::task::spawn_blocking(move || {
             place.take();
