@@ -27,7 +27,7 @@ thread_local! {
 }
 
 /// Where one call's thread should run, decided by the asking side; counts the call as running
-/// until dropped (move it into the call's thread).
+/// until dropped (move it into the call's thread, and drop it with the call's answer).
 pub(crate) struct Place {
     beside: Option<usize>,
 }

@@ -260,7 +260,10 @@ impl LoadedArtifact {
                     (outcome, store) = this.call_here(&host, &grants, events, input, true) => {
                         // The answer leaves before the store is torn down: resetting the
                         // instance's memory slot is this thread's work while the caller goes on.
+                        // The call counts as done with its answer, so a next call asked at once
+                        // (a turn's second tool call) is still kept beside the worker.
                         let _ = answer.send(outcome);
+                        drop(place);
                         drop(store);
                     }
                     _ = stopped => {}
