@@ -30,16 +30,28 @@ thread_local! {
 /// until dropped (move it into the call's thread, and drop it with the call's answer).
 pub(crate) struct Place {
     beside: Option<usize>,
+    /// Whether this place counts as a call running (a thread readied at launch does not).
+    counted: bool,
 }
 
 impl Place {
     /// Ask on the calling side (a runtime worker).
     pub(crate) fn ask() -> Place {
         let alone = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) == 0;
+        Place { beside: Place::worker_cpu(alone), counted: true }
+    }
+
+    /// For a thread readied ahead of the calls: where the next call's thread would go, not
+    /// counted as a call (a first call asked while it readies is still alone).
+    pub(crate) fn ahead() -> Place {
+        Place { beside: Place::worker_cpu(IN_FLIGHT.load(Ordering::SeqCst) == 0), counted: false }
+    }
+
+    /// The asking worker's CPU, when the current runtime has one worker and the call is alone.
+    fn worker_cpu(alone: bool) -> Option<usize> {
         let one_worker =
             tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1);
-        let beside = (alone && one_worker).then(rustix::thread::sched_getcpu);
-        Place { beside: beside.filter(|&cpu| cpu < CpuSet::MAX_CPU) }
+        (alone && one_worker).then(rustix::thread::sched_getcpu).filter(|&cpu| cpu < CpuSet::MAX_CPU)
     }
 
     /// On the call's thread: move it there (one system call, none when it is kept there
@@ -76,13 +88,15 @@ impl Place {
     /// A place decided here, counted as running like an asked one.
     fn at(beside: Option<usize>) -> Place {
         IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-        Place { beside }
+        Place { beside, counted: true }
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        if self.counted {
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -119,9 +133,13 @@ mod tests {
         let (multi, outside) = (asked_in(&two), Place::ask());
         assert_eq!((multi.beside, outside.beside), (None, None));
         drop((multi, outside));
+        // A thread readied ahead goes beside the worker too, and a call asked meanwhile is alone.
+        let ahead = one.block_on(async { tokio::spawn(async { Place::ahead() }).await.expect("join") });
+        assert!(ahead.beside.is_some(), "readied beside the one worker");
         let again = asked_in(&one);
+        drop(ahead);
         // The worker may have moved since: the thread follows it.
-        let cpu = again.beside.expect("alone again once the others ended");
+        let cpu = again.beside.expect("alone: the others ended, and a readied thread is no call");
         assert!(all.contains(&cpu));
         std::thread::spawn(move || {
             again.take();

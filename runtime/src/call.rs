@@ -212,7 +212,7 @@ impl LoadedArtifact {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let handle = runtime.clone();
-            let place = crate::affinity::Place::ask();
+            let place = crate::affinity::Place::ahead();
             // No store, no instance and no guest code: nothing here is granted anything.
             drop(runtime.spawn_blocking(move || {
                 place.take();
