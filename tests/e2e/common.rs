@@ -185,8 +185,34 @@ pub fn unblock_fifo(path: &Path) -> std::fs::File {
 /// Whether a thread of `process` (a pid, or `self`) sleeps in the kernel function `wchan`, as
 /// /proc names it.
 pub fn a_thread_waits_in(process: impl std::fmt::Display, wchan: &str) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{process}/task")) else { return false };
-    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.trim() == wchan))
+    threads_of(process).iter().any(|t| t.wchan == wchan)
+}
+
+/// One thread of a process, as /proc shows it: its name, the kernel function it sleeps in and
+/// the CPUs it may run on (`Cpus_allowed_list`).
+#[derive(Debug)]
+pub struct Thread {
+    pub name: String,
+    pub wchan: String,
+    pub cpus: String,
+}
+
+/// The threads of `process` (a pid, or `self`); none when it is gone.
+pub fn threads_of(process: impl std::fmt::Display) -> Vec<Thread> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{process}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default().trim().to_string();
+            Thread { name: read("comm"), wchan: read("wchan"), cpus: cpus_allowed(&t.path().join("status")) }
+        })
+        .collect()
+}
+
+/// `Cpus_allowed_list` of a /proc `status` file.
+pub fn cpus_allowed(status: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(status).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
 }
 
 #[allow(unused_imports, reason = "not every suite that includes this file posts")]

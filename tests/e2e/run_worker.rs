@@ -2,7 +2,9 @@
 //! own test counts the workers), and a tool blocked in a file operation does not hold it: the
 //! door still answers. The tool's thread is kept on the worker's CPU; the worker is not.
 
-use crate::common::{a_thread_waits_in, anthropic_capsule, make_fifo, repo, stub, unblock_fifo};
+use crate::common::{
+    a_thread_waits_in, anthropic_capsule, cpus_allowed, make_fifo, repo, stub, threads_of, unblock_fifo,
+};
 use capsule_stub::Turn;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -52,7 +54,7 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
         .map(|r| r.status().as_u16());
     let still_blocked = a_thread_waits_in(pid, "wait_for_partner");
     let threads = threads_of(pid);
-    let process_cpus = cpus_allowed(&format!("/proc/{pid}/status"));
+    let process_cpus = cpus_allowed(std::path::Path::new(&format!("/proc/{pid}/status")));
     // A writer lets the open finish (the read fails and the task goes on); opened before any
     // assertion, so a failing run ends.
     let writer = unblock_fifo(&fifo);
@@ -68,33 +70,4 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
     drop(writer);
     assert!(status.success(), "the task ends and the process exits 0: {status:?}");
     assert_eq!(provider.requests().len(), 2, "the tool's error went back to the model, which answered");
-}
-
-/// One thread of a process: its name, where it waits and the CPUs it may run on.
-#[derive(Debug)]
-struct Thread {
-    name: String,
-    wchan: String,
-    cpus: String,
-}
-
-fn threads_of(pid: u32) -> Vec<Thread> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
-    tasks
-        .flatten()
-        .map(|t| {
-            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default().trim().to_string();
-            Thread {
-                name: read("comm"),
-                wchan: read("wchan"),
-                cpus: cpus_allowed(&t.path().join("status").display().to_string()),
-            }
-        })
-        .collect()
-}
-
-/// `Cpus_allowed_list` of a `/proc/.../status` file.
-fn cpus_allowed(status: &str) -> String {
-    let text = std::fs::read_to_string(status).unwrap_or_default();
-    text.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
 }
