@@ -1,13 +1,15 @@
 //! The gateway actor: one per driver artifact. It runs that driver's calls: reads the route
 //! from the credentials book (what the credentials actor decided), builds the store's grants with the credential in the
-//! egress hook only, calls the component, makes the coalescer flush, and answers.
+//! egress hook only, calls the component, makes the coalescer flush, and answers. While a
+//! call's request is out, the driver's next instance is made (`capsule_runtime::Ahead`); a
+//! final answer drops it.
 //!
 //! Guarantees: one call at a time per driver (mailbox order); every failure is an
 //! [`InferenceError`] value in the reply; progress frames of a call are flushed to the emitter
 //! before the reply is sent, so they precede the call's `artifact` frames.
 
 use capsule_protocol::neutral::{DriverResponse, StopReason};
-use capsule_runtime::{Grants, Host, LoadedArtifact, ToolInput, ToolStatus};
+use capsule_runtime::{Ahead, Grants, Host, LoadedArtifact, ToolInput, ToolStatus};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,8 +53,10 @@ pub enum GatewayMsg {
 pub struct InferReply {
     /// The response, or why there is none.
     pub result: Result<DriverResponse, InferenceError>,
-    /// Time to create the instance.
+    /// Time the call spent getting its instance.
     pub instantiate_time: Duration,
+    /// Whether the instance was made ahead of the call (`capsule_runtime::Ahead`).
+    pub made_ahead: bool,
     /// Whole call time in the gateway.
     pub call_time: Duration,
     /// The driver's `continuation_id` metadata: `Some("")` or `None` drop a held id.
@@ -67,6 +71,7 @@ impl InferReply {
         InferReply {
             result: Err(e),
             instantiate_time: Duration::ZERO,
+            made_ahead: false,
             call_time: Duration::ZERO,
             continuation_id: None,
             upstream: None,
@@ -92,30 +97,43 @@ pub struct GatewayArgs {
 /// One driver's gateway: runs its calls, with the credential only in the call's egress hook.
 pub struct Gateway;
 
+/// A gateway's state: what it was started with, and its driver's next instance.
+pub struct GatewayState {
+    args: GatewayArgs,
+    /// The driver's next instance, made while the provider answers (`capsule_runtime::Ahead`).
+    ahead: Ahead,
+}
+
 impl Actor for Gateway {
     type Msg = GatewayMsg;
-    type State = GatewayArgs;
+    type State = GatewayState;
     type Arguments = GatewayArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<GatewayMsg>,
         args: GatewayArgs,
-    ) -> Result<GatewayArgs, ActorProcessingErr> {
-        Ok(args)
+    ) -> Result<GatewayState, ActorProcessingErr> {
+        Ok(GatewayState { args, ahead: Ahead::default() })
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<GatewayMsg>,
         msg: GatewayMsg,
-        state: &mut GatewayArgs,
+        state: &mut GatewayState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             GatewayMsg::Infer { task_id, request, config, frames, traceparent, gate, reply } => {
                 let call = Call { task_id, config, frames, traceparent, gate };
                 let r = infer(state, call, &request).await;
+                // A final answer ends the task: no next call soon, so no instance is kept for
+                // one (an answer that asks for tools, or a failure that may be retried, keeps it).
+                let last = matches!(&r.result, Ok(resp) if resp.stop_reason != StopReason::ToolCall);
                 let _ = reply.send(r);
+                if last {
+                    state.ahead.clear();
+                }
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),
         }
@@ -132,7 +150,8 @@ struct Call {
     gate: Option<capsule_runtime::SendGate>,
 }
 
-async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferReply {
+async fn infer(state: &mut GatewayState, call: Call, request: &WireRequest) -> InferReply {
+    let GatewayState { args: state, ahead } = state;
     let Call { task_id, config, frames, traceparent, gate } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
@@ -143,6 +162,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferR
             return InferReply {
                 result: Err(InferenceError::Credential { artifact, why }),
                 instantiate_time: Duration::ZERO,
+                made_ahead: false,
                 call_time: started.elapsed(),
                 continuation_id: None,
                 upstream: None,
@@ -169,7 +189,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferR
     let input = request.json.clone();
     let outcome = state
         .artifact
-        .call(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None })
+        .call_ahead(&state.host, &grants, Arc::new(sink), ToolInput { data: Some(input), log_path: None }, ahead)
         .await;
     let mut continuation_id = None;
     let result = match outcome.result {
@@ -212,6 +232,7 @@ async fn infer(state: &GatewayArgs, call: Call, request: &WireRequest) -> InferR
     InferReply {
         result,
         instantiate_time: outcome.instantiate_time,
+        made_ahead: outcome.made_ahead,
         call_time: started.elapsed(),
         continuation_id,
         upstream: outcome.upstream,

@@ -14,6 +14,7 @@ use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpCtx;
 
+use crate::ahead::ForCall;
 use crate::bindings::exports::murmur::tool::run as wit;
 use crate::budget::CallDisk;
 use crate::engine::{Host, boxed};
@@ -75,8 +76,10 @@ pub struct ToolResult {
 pub struct CallOutcome {
     /// The result or why there is none.
     pub result: Result<ToolResult, CallError>,
-    /// Time to create the instance.
+    /// Time this call spent getting its instance: making it, or taking the one made ahead.
     pub instantiate_time: Duration,
+    /// Whether the instance was made ahead of the call ([`crate::ahead`]).
+    pub made_ahead: bool,
     /// Time inside the call.
     pub call_time: Duration,
     /// What the guest wrote to stderr.
@@ -124,6 +127,7 @@ impl CallOutcome {
         CallOutcome {
             result: Err(err),
             instantiate_time: Duration::ZERO,
+            made_ahead: false,
             call_time: Duration::ZERO,
             stderr: String::new(),
             upstream: None,
@@ -166,6 +170,7 @@ pub(crate) fn new_store(
             last: Default::default(),
             unreachable: Default::default(),
             paused: paused.clone(),
+            sent: None,
         },
         limiter: CallLimiter::new(l.memory_bytes, l.table_elements, l.instances),
         events,
@@ -243,7 +248,7 @@ impl LoadedArtifact {
             // Boxed: the call's future is several KiB, and an actor that awaits it inline in a
             // handler would keep that much in its message loop for its whole life.
             // The store is dropped here, with the rest of the pair.
-            return Box::pin(self.call_here(host, grants, events, input, false)).await.0;
+            return Box::pin(self.call_here(host, grants, events, input, false, ForCall::default())).await.0;
         }
         let (this, host, grants) = (self.clone(), host.clone(), grants.clone());
         let runtime = tokio::runtime::Handle::current();
@@ -257,7 +262,7 @@ impl LoadedArtifact {
             place.take();
             runtime.block_on(async move {
                 tokio::select! {
-                    (outcome, store) = this.call_here(&host, &grants, events, input, true) => {
+                    (outcome, store) = this.call_here(&host, &grants, events, input, true, ForCall::default()) => {
                         // The answer leaves before the store is torn down: resetting the
                         // instance's memory slot is this thread's work while the caller goes on.
                         // The call counts as done with its answer, so a next call asked at once
@@ -284,17 +289,20 @@ impl LoadedArtifact {
         }
     }
 
-    /// The call on this thread; `inline_files`: WASI file operations block this thread. The
+    /// The call on this thread; `inline_files`: WASI file operations block this thread; `ahead`:
+    /// the instance made ahead for it and the signal its request gives ([`crate::ahead`]). The
     /// call's store (when one was made) comes back beside the outcome, for the caller to drop
     /// when it suits.
-    async fn call_here(
+    pub(crate) async fn call_here(
         &self,
         host: &Host,
         grants: &Grants,
         events: Arc<dyn GuestEvents>,
         input: ToolInput,
         inline_files: bool,
+        ahead: ForCall,
     ) -> (CallOutcome, Option<Store<StoreState>>) {
+        let ForCall { made, sent } = ahead;
         let Pre::Run(pre) = &self.pre else {
             let refused = CallOutcome::refused(CallError::Instantiate {
                 artifact: self.name.clone(),
@@ -303,27 +311,35 @@ impl LoadedArtifact {
             return (refused, None);
         };
         let l = grants.limits;
-        let mut store = match new_store(host, grants, events, &self.name, inline_files) {
-            Ok(s) => s,
-            Err(e) => return (CallOutcome::refused(e), None),
-        };
         let t0 = Instant::now();
-        let instance = match pre.instantiate_async(&mut store).await {
-            Ok(i) => i,
-            Err(e) => {
-                let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
-                let outcome = CallOutcome {
-                    result: Err(err),
-                    instantiate_time: t0.elapsed(),
-                    call_time: Duration::ZERO,
-                    stderr: stderr_text(&store),
-                    upstream: None,
-                    unreachable: None,
+        let made_ahead = made.is_some();
+        let (mut store, instance) = match made {
+            Some(made) => (made.store, made.instance),
+            None => {
+                let mut store = match new_store(host, grants, events, &self.name, inline_files) {
+                    Ok(s) => s,
+                    Err(e) => return (CallOutcome::refused(e), None),
                 };
-                return (outcome, Some(store));
+                match pre.instantiate_async(&mut store).await {
+                    Ok(i) => (store, i),
+                    Err(e) => {
+                        let err = self.classify(e, &store, Duration::from_secs(l.deadline_seconds), true);
+                        let outcome = CallOutcome {
+                            result: Err(err),
+                            instantiate_time: t0.elapsed(),
+                            made_ahead,
+                            call_time: Duration::ZERO,
+                            stderr: stderr_text(&store),
+                            upstream: None,
+                            unreachable: None,
+                        };
+                        return (outcome, Some(store));
+                    }
+                }
             }
         };
         let instantiate_time = t0.elapsed();
+        store.data_mut().hooks.sent = sent;
         let deadline = Duration::from_secs(l.deadline_seconds);
         let wit_input = wit::ToolInput { data: input.data, log_path: input.log_path };
         let t1 = Instant::now();
@@ -367,8 +383,8 @@ impl LoadedArtifact {
         };
         let upstream = *store.data().hooks.last.lock().unwrap_or_else(|p| p.into_inner());
         let unreachable = store.data().hooks.unreachable.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let outcome =
-            CallOutcome { result, instantiate_time, call_time, stderr: stderr_text(&store), upstream, unreachable };
+        let stderr = stderr_text(&store);
+        let outcome = CallOutcome { result, instantiate_time, made_ahead, call_time, stderr, upstream, unreachable };
         (outcome, Some(store))
     }
 

@@ -16,6 +16,7 @@
 //! [`GuestEvents`] trait that the caller implements.
 
 mod affinity;
+mod ahead;
 mod beneath;
 mod bindings;
 mod budget;
@@ -33,6 +34,7 @@ mod policy;
 mod state;
 mod upstream;
 
+pub use ahead::{Ahead, MAX_MADE, made_alive};
 pub use beneath::{Beneath, BeneathError, FileMode};
 pub use budget::DiskMeter;
 pub use cache::{CacheHit, ComponentCache};

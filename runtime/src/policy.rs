@@ -325,6 +325,8 @@ pub(crate) struct Hooks {
     pub unreachable: Arc<std::sync::Mutex<Option<(String, String)>>>,
     /// The store's paused clock: a wait on the send gate is not the guest's time.
     pub paused: Arc<crate::events::Paused>,
+    /// Signalled when the call's first request is out ([`crate::ahead`]).
+    pub sent: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// A transport failure in words a user can act on (wasi:http's error codes name the case).
@@ -358,7 +360,7 @@ impl WasiHttpHooks for Hooks {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let decided = self.policy.decide(request);
+        let decided = self.policy.decide(crate::ahead::when_sent(request, self.sent.take()));
         let limit = self.response.clone();
         let last = self.last.clone();
         let unreachable = self.unreachable.clone();

@@ -6,6 +6,7 @@
 mod a2a;
 mod a2a_sdk;
 mod adversarial;
+mod ahead;
 mod bad_input;
 mod cluster;
 mod cluster_door_token;

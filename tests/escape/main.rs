@@ -60,6 +60,7 @@ probe_tests! {
     session_files_are_private,
     a_swapped_cwasm_is_recompiled_not_run,
     a_call_sees_nothing_an_earlier_call_left_in_memory,
+    an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory,
 }
 
 #[tokio::test]

@@ -325,7 +325,7 @@ impl LoopState {
             "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
             "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
             "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
-            "instantiate_us": reply.instantiate_time.as_micros() as u64,
+            "instantiate_us": reply.instantiate_time.as_micros() as u64, "instance_made_ahead": reply.made_ahead,
         });
         // Without alternates nothing of the choices feature is written.
         if self.config.stamp_producers {

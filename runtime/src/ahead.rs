@@ -1,0 +1,259 @@
+//! A driver's next instance, made while the provider answers.
+//!
+//! Every call gets a fresh store and instance, never a used one. Making them (about 30 µs)
+//! and dropping the used store (about 17 µs: its memory slot is reset) would otherwise both
+//! fall in the middle of a turn, on the worker the turn runs on. But every driver call also
+//! waits for its provider, and the worker has nothing to do while the request is out. So a
+//! caller that keeps an [`Ahead`] (a driver's gateway) has that work done then:
+//! [`LoadedArtifact::call_ahead`] starts a task that waits until the call's request has gone
+//! out whole, then drops the store the previous call used and makes a store and instance with
+//! this call's grants. The next `call_ahead` takes that instance when it was made with the same
+//! environment, limits and role (waiting for it if the make is still under way: the work is the
+//! call's own, already started); otherwise it makes its own, as every call did.
+//!
+//! Guarantees:
+//! - an instance made ahead has run no guest code: instantiation runs none, and it serves one
+//!   call at most (taking it empties the [`Ahead`]);
+//! - the call's own grants apply: the WASI environment and the limits are part of the store and
+//!   must be equal, and the outgoing policy (the gateway route with its credential, the send
+//!   gate, `network.allow`) and the event sink are put in when the call takes it, so an instance
+//!   made ahead never holds a credential while it waits;
+//! - at most [`MAX_MADE`] instances made ahead live in a process at once, so the rest of the
+//!   instance pool always remains for calls; past that, a call makes its own;
+//! - a failure to make one (a full pool, an instantiation that fails) only means the next call
+//!   makes its own and meets the same failure there, reported as it always is;
+//! - a call that sends no request starts the work when it returns.
+//!
+//! Measured and not taken (BENCHMARKS.md, "Twentieth pass"): making the instance on a thread
+//! of its own, at once or when the answer asks for tools. The call then needs no instantiation
+//! of its own, but the turn was not shorter: the work still fell inside the turn.
+
+use bytes::Bytes;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use tokio::sync::oneshot;
+use wasmtime::Store;
+use wasmtime_wasi_http::{Error as HttpError, WasiBody};
+
+use crate::bindings::ArtifactHost;
+use crate::call::{CallOutcome, ToolInput, new_store};
+use crate::engine::Host;
+use crate::events::{GuestEvents, NoEvents};
+use crate::grants::Grants;
+use crate::load::{LoadedArtifact, Pre};
+use crate::state::StoreState;
+
+/// Instances made ahead that may live in a process at once (the pool holds
+/// [`POOL_INSTANCES`](crate::engine::POOL_INSTANCES)).
+pub const MAX_MADE: usize = 16;
+
+/// Instances made ahead alive now.
+static MADE: AtomicUsize = AtomicUsize::new(0);
+
+/// One caller's next instance: the store its last call used (until the next call's request is
+/// out) and the instance being made for its next call.
+#[derive(Default)]
+pub struct Ahead {
+    used: Option<Store<StoreState>>,
+    making: Option<oneshot::Receiver<Made>>,
+    ready: Option<Made>,
+}
+
+impl std::fmt::Debug for Ahead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ahead")
+            .field("used", &self.used.is_some())
+            .field("making", &self.making.is_some())
+            .field("ready", &self.ready.is_some())
+            .finish()
+    }
+}
+
+/// A fresh store with its instance, and the grants it was made with.
+pub(crate) struct Made {
+    pub(crate) store: Store<StoreState>,
+    pub(crate) instance: ArtifactHost,
+    grants: Grants,
+    _counted: Counted,
+}
+
+/// What a call gets from its caller's [`Ahead`]: the instance made for it, and the signal its
+/// first request gives (both absent for a call without one).
+#[derive(Default)]
+pub(crate) struct ForCall {
+    pub(crate) made: Option<Made>,
+    pub(crate) sent: Option<oneshot::Sender<()>>,
+}
+
+/// One of the [`MAX_MADE`]; declared after the store, so it is given back after the store is
+/// dropped.
+struct Counted;
+
+impl Counted {
+    fn take() -> Option<Counted> {
+        MADE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_MADE).then_some(n + 1)).ok().map(|_| Counted)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        MADE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Instances made ahead alive now in this process.
+pub fn made_alive() -> usize {
+    MADE.load(Ordering::SeqCst)
+}
+
+impl Ahead {
+    /// Drop here what it holds: the used store and any instance made or being made (no next
+    /// call is expected soon, so nothing should hold a pool slot meanwhile).
+    pub fn clear(&mut self) {
+        *self = Ahead::default();
+    }
+
+    /// Wait until the instance being made is ready or has failed; whether one is ready.
+    pub async fn settle(&mut self) -> bool {
+        if let Some(making) = self.making.take() {
+            self.ready = making.await.ok();
+        }
+        self.ready.is_some()
+    }
+
+    /// The instance made for a call with `grants`, if one was made with the same environment,
+    /// limits and role; the call's policy and `events` go in. A make still under way is waited
+    /// for: it is the work the call would otherwise do itself, already started. Empties the
+    /// slot either way: an instance made ahead serves one call at most.
+    async fn take(&mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
+        self.settle().await;
+        let mut made = self.ready.take()?;
+        let g = &made.grants;
+        if g.env != grants.env || g.limits != grants.limits || g.role != grants.role {
+            return None;
+        }
+        let state = made.store.data_mut();
+        state.hooks.policy = grants.policy.clone();
+        state.events = events;
+        Some(made)
+    }
+
+    /// Start the work for the call about to run with `grants`: a task that waits for the
+    /// returned signal (the call's request is out, or the call is over), then drops the used
+    /// store and makes the next instance. `None` outside a tokio runtime (the used store is
+    /// dropped here).
+    fn start(&mut self, artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option<oneshot::Sender<()>> {
+        let used = self.used.take();
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (sent, when_sent) = oneshot::channel::<()>();
+        let (made, making) = oneshot::channel();
+        let (artifact, host, mut grants) = (artifact.clone(), host.clone(), grants.clone());
+        // Nothing of the call's own is held while waiting: no credential, no gate, no sink.
+        grants.policy.gateway = None;
+        grants.policy.gate = None;
+        runtime.spawn(async move {
+            let _ = when_sent.await;
+            drop(used);
+            let Some(counted) = Counted::take() else { return };
+            if let Some((store, instance)) = make(&artifact, &host, &grants).await {
+                let _ = made.send(Made { store, instance, grants, _counted: counted });
+            }
+        });
+        self.making = Some(making);
+        Some(sent)
+    }
+}
+
+impl LoadedArtifact {
+    /// [`LoadedArtifact::call`] for a caller that keeps an [`Ahead`] (see [`crate::ahead`]):
+    /// the call runs in the instance made ahead for it when there is a fitting one, and while
+    /// its request is out the store of the previous call is dropped and the next call's
+    /// instance made. A tool with a folder (its folder is resolved at each call, on a thread of
+    /// its own) is called as by [`LoadedArtifact::call`].
+    pub async fn call_ahead(
+        &self,
+        host: &Host,
+        grants: &Grants,
+        events: Arc<dyn GuestEvents>,
+        input: ToolInput,
+        ahead: &mut Ahead,
+    ) -> CallOutcome {
+        if grants.has_folder() || !matches!(self.pre, Pre::Run(_)) {
+            ahead.clear();
+            return self.call(host, grants, events, input).await;
+        }
+        let made = ahead.take(grants, events.clone()).await;
+        let sent = ahead.start(self, host, grants);
+        let (outcome, mut store) =
+            Box::pin(self.call_here(host, grants, events, input, false, ForCall { made, sent })).await;
+        // A call that sent no request lets the work start now.
+        if let Some(store) = store.as_mut() {
+            drop(store.data_mut().hooks.sent.take());
+        }
+        ahead.used = store;
+        outcome
+    }
+}
+
+/// A fresh store with `grants` and the component instantiated in it; `None` on any failure
+/// (the call then makes its own and reports the failure as usual).
+async fn make(artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option<(Store<StoreState>, ArtifactHost)> {
+    let Pre::Run(pre) = &artifact.pre else { return None };
+    let mut store = new_store(host, grants, Arc::new(NoEvents), &artifact.name, false).ok()?;
+    let instance = pre.instantiate_async(&mut store).await.ok()?;
+    Some((store, instance))
+}
+
+/// `request` with its body giving `sent` when hyper has taken the whole of it (or the body
+/// failed, or was dropped unsent): the request is then out, and the worker waits for the
+/// answer.
+pub(crate) fn when_sent(
+    request: http::Request<WasiBody>,
+    sent: Option<oneshot::Sender<()>>,
+) -> http::Request<WasiBody> {
+    use http_body_util::BodyExt;
+    match sent {
+        None => request,
+        Some(sent) => request.map(|inner| SignalAtEnd { inner, sent: Some(sent) }.boxed_unsync()),
+    }
+}
+
+/// A request body that signals its end.
+struct SignalAtEnd {
+    inner: WasiBody,
+    sent: Option<oneshot::Sender<()>>,
+}
+
+impl SignalAtEnd {
+    fn signal(&mut self) {
+        if let Some(sent) = self.sent.take() {
+            let _ = sent.send(());
+        }
+    }
+}
+
+impl http_body::Body for SignalAtEnd {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.inner.is_end_stream() {
+            self.signal();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,116 @@
+//! A driver's next instance, made while the provider answers (`runtime/src/ahead.rs`): the
+//! call that takes it runs with its own grants, and a capsule's later driver calls run in
+//! such instances with nothing of the call lost (key, events).
+
+use crate::common::*;
+use capsule_protocol::manifest::{AllowRule, Limits};
+use capsule_protocol::trace::ExitStatus;
+use capsule_runtime::{
+    Ahead, ArtifactRole, Grants, LoadedArtifact, MAX_MADE, NoEvents, OutgoingPolicy, ToolInput, ToolStatus, made_alive,
+};
+use capsule_stub::Turn;
+use serde_json::json;
+use std::sync::Arc;
+
+fn grants(env: &str, allow: Option<AllowRule>) -> Grants {
+    Grants {
+        role: ArtifactRole::Tool,
+        env: vec![("WHICH".into(), env.into())],
+        preopen: None,
+        limits: Limits::default(),
+        policy: OutgoingPolicy { allow: allow.into_iter().collect(), ..OutgoingPolicy::default() },
+        disk: Default::default(),
+    }
+}
+
+fn input(data: &str) -> ToolInput {
+    ToolInput { data: Some(data.into()), log_path: None }
+}
+
+#[tokio::test]
+async fn a_call_in_an_instance_made_ahead_has_its_own_policy_and_one_made_with_other_env_is_not_taken() {
+    let stub = stub(vec![]);
+    let url = format!("{}/anything", stub.url());
+    let allow = AllowRule::parse(&stub.addr().to_string()).expect("rule");
+    let host = host();
+    let dial = LoadedArtifact::load_file(&host, "dial", &dist("guest-dial-unlisted-host")).expect("loads");
+    let mut ahead = Ahead::default();
+
+    let first =
+        dial.call_ahead(&host, &grants("a", Some(allow.clone())), Arc::new(NoEvents), input(&url), &mut ahead).await;
+    assert!(!first.made_ahead, "nothing was made before the first call");
+    assert_eq!(first.result.expect("returns").status, ToolStatus::Passed);
+    assert!(ahead.settle().await, "an instance was made while the first call's request was out");
+
+    // Made with the first call's grants, which allowed the stub; this call allows nothing.
+    let denied = dial.call_ahead(&host, &grants("a", None), Arc::new(NoEvents), input(&url), &mut ahead).await;
+    assert!(denied.made_ahead, "same environment and limits: the instance made ahead is taken");
+    let denied = denied.result.expect("returns");
+    assert_eq!(denied.status, ToolStatus::Failed);
+    assert!(denied.summary.unwrap_or_default().contains("HttpRequestDenied"), "the call's own policy applies");
+    assert_eq!(stub.requests().len(), 1, "the denied request reached nothing");
+    assert!(ahead.settle().await, "a refused request lets the work start too");
+
+    // Made with WHICH=a; this call's environment says b.
+    let read = LoadedArtifact::load_file(&host, "read", &dist("guest-read-env")).expect("loads");
+    let other = read.call_ahead(&host, &grants("b", None), Arc::new(NoEvents), input("WHICH"), &mut ahead).await;
+    assert!(!other.made_ahead, "an instance made with another environment is not taken");
+    assert_eq!(other.result.expect("returns").data.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn at_most_max_made_instances_made_ahead_live_at_once_and_clearing_gives_them_back() {
+    let host = host();
+    let read = LoadedArtifact::load_file(&host, "read", &dist("guest-read-env")).expect("loads");
+    let mut aheads: Vec<Ahead> = (0..MAX_MADE + 2).map(|_| Ahead::default()).collect();
+    let mut ready = 0;
+    for ahead in &mut aheads {
+        // A call that sends no request starts the work when it returns.
+        let out = read.call_ahead(&host, &grants("a", None), Arc::new(NoEvents), input("WHICH"), ahead).await;
+        assert_eq!(out.result.expect("returns").data.as_deref(), Some("a"));
+        ready += usize::from(ahead.settle().await);
+    }
+    assert_eq!(ready, MAX_MADE, "past the cap, nothing more is made");
+    assert_eq!(made_alive(), MAX_MADE);
+    for ahead in &mut aheads {
+        ahead.clear();
+    }
+    assert_eq!(made_alive(), 0, "clearing drops every instance made ahead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsules_later_driver_calls_run_in_instances_made_ahead_with_their_key_and_their_events() {
+    let list = json!({"op": "list", "path": "."});
+    let turns: Vec<Turn> =
+        (1..=3).map(|i| Turn { text: Some(format!("turn {i}")), ..Turn::tool_call("files", list.clone()) }).collect();
+    let stub = stub(turns.into_iter().chain([Turn::text("all done")]).collect());
+    let cap = Capsule::new(&format!(
+        "name: ahead\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{AHEAD_KEY}}'}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    ));
+    let session = cap.launch_with_env(&[("AHEAD_KEY", "sk-ahead")]).await.expect("launch");
+    let (outcome, frames) = run_task(&session, "go").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+
+    let made: Vec<bool> = trace(&session)
+        .iter()
+        .filter(|e| e["event_type"] == "inference")
+        .map(|e| e["instance_made_ahead"].as_bool().expect("the trace says"))
+        .collect();
+    assert_eq!(made, [false, true, true, true], "every call after the first runs in an instance made ahead");
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 4);
+    for req in &requests {
+        let key = req.headers.iter().find(|(k, _)| k == "x-api-key").map(|(_, v)| v.as_str());
+        assert_eq!(key, Some("sk-ahead"), "each call carries the key, made ahead or not");
+    }
+    // The driver's live events (text chunks, tool-call starts): each call's reach the stream.
+    let data: Vec<&str> = frames.iter().map(|f| f.data_json()).collect();
+    for text in ["turn 1", "turn 2", "turn 3", "all done"] {
+        let chunk = format!("\"text\":\"{text}\"");
+        assert!(data.iter().any(|d| d.contains(&chunk)), "the driver's text {text:?} reached the stream: {data:?}");
+    }
+    let started = data.iter().filter(|d| d.contains("\"tool_name\":\"files\"") && !d.contains("artifact")).count();
+    assert_eq!(started, 3, "each call's tool-call start reached the stream: {data:?}");
+    session.shutdown().await;
+}
