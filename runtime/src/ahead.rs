@@ -18,8 +18,9 @@
 //!   must be equal, and the outgoing policy (the gateway route with its credential, the send
 //!   gate, `network.allow`) and the event sink are put in when the call takes it, so an instance
 //!   made ahead never holds a credential while it waits;
-//! - at most [`MAX_MADE`] instances made ahead live in a process at once, so the rest of the
-//!   instance pool always remains for calls; past that, a call makes its own;
+//! - at most [`MAX_HELD`] instances are held this way in a process at once (made ahead, or
+//!   used and waiting to be dropped), so the rest of the instance pool always remains for
+//!   running calls; past that, a used store is dropped at once and a call makes its own;
 //! - a failure to make one (a full pool, an instantiation that fails) only means the next call
 //!   makes its own and meets the same failure there, reported as it always is;
 //! - a call that sends no request starts the work when it returns.
@@ -45,18 +46,18 @@ use crate::grants::Grants;
 use crate::load::{LoadedArtifact, Pre};
 use crate::state::StoreState;
 
-/// Instances made ahead that may live in a process at once (the pool holds
-/// [`POOL_INSTANCES`](crate::engine::POOL_INSTANCES)).
-pub const MAX_MADE: usize = 16;
+/// Instances held by [`Ahead`]s in a process at once, made ahead or used and waiting to be
+/// dropped (the pool holds [`POOL_INSTANCES`](crate::engine::POOL_INSTANCES)).
+pub const MAX_HELD: usize = 16;
 
-/// Instances made ahead alive now.
-static MADE: AtomicUsize = AtomicUsize::new(0);
+/// Instances held by [`Ahead`]s now.
+static HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// One caller's next instance: the store its last call used (until the next call's request is
 /// out) and the instance being made for its next call.
 #[derive(Default)]
 pub struct Ahead {
-    used: Option<Store<StoreState>>,
+    used: Option<(Store<StoreState>, Counted)>,
     making: Option<oneshot::Receiver<Made>>,
     ready: Option<Made>,
 }
@@ -87,25 +88,25 @@ pub(crate) struct ForCall {
     pub(crate) sent: Option<oneshot::Sender<()>>,
 }
 
-/// One of the [`MAX_MADE`]; declared after the store, so it is given back after the store is
-/// dropped.
+/// One of the [`MAX_HELD`]; kept beside (after) the store it counts, so it is given back
+/// once the store is dropped.
 struct Counted;
 
 impl Counted {
     fn take() -> Option<Counted> {
-        MADE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_MADE).then_some(n + 1)).ok().map(|_| Counted)
+        HELD.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_HELD).then_some(n + 1)).ok().map(|_| Counted)
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        MADE.fetch_sub(1, Ordering::SeqCst);
+        HELD.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// Instances made ahead alive now in this process.
-pub fn made_alive() -> usize {
-    MADE.load(Ordering::SeqCst)
+/// Instances held by [`Ahead`]s now in this process.
+pub fn held() -> usize {
+    HELD.load(Ordering::SeqCst)
 }
 
 impl Ahead {
@@ -155,8 +156,15 @@ impl Ahead {
         grants.policy.gate = None;
         runtime.spawn(async move {
             let _ = when_sent.await;
-            drop(used);
-            let Some(counted) = Counted::take() else { return };
+            // The used store's count goes to the instance made in its place.
+            let counted = match used {
+                Some((store, counted)) => {
+                    drop(store);
+                    Some(counted)
+                }
+                None => Counted::take(),
+            };
+            let Some(counted) = counted else { return };
             if let Some((store, instance)) = make(&artifact, &host, &grants).await {
                 let _ = made.send(Made { store, instance, grants, _counted: counted });
             }
@@ -192,7 +200,8 @@ impl LoadedArtifact {
         if let Some(store) = store.as_mut() {
             drop(store.data_mut().hooks.sent.take());
         }
-        ahead.used = store;
+        // Kept to be dropped in the next call's wait, when the cap allows; dropped now otherwise.
+        ahead.used = store.and_then(|store| Counted::take().map(|counted| (store, counted)));
         outcome
     }
 }

@@ -34,7 +34,7 @@ mod policy;
 mod state;
 mod upstream;
 
-pub use ahead::{Ahead, MAX_MADE, made_alive};
+pub use ahead::{Ahead, MAX_HELD, held};
 pub use beneath::{Beneath, BeneathError, FileMode};
 pub use budget::DiskMeter;
 pub use cache::{CacheHit, ComponentCache};

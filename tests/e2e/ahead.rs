@@ -6,7 +6,7 @@ use crate::common::*;
 use capsule_protocol::manifest::{AllowRule, Limits};
 use capsule_protocol::trace::ExitStatus;
 use capsule_runtime::{
-    Ahead, ArtifactRole, Grants, LoadedArtifact, MAX_MADE, NoEvents, OutgoingPolicy, ToolInput, ToolStatus, made_alive,
+    Ahead, ArtifactRole, Grants, LoadedArtifact, MAX_HELD, NoEvents, OutgoingPolicy, ToolInput, ToolStatus, held,
 };
 use capsule_stub::Turn;
 use serde_json::json;
@@ -20,6 +20,18 @@ fn grants(env: &str, allow: Option<AllowRule>) -> Grants {
         limits: Limits::default(),
         policy: OutgoingPolicy { allow: allow.into_iter().collect(), ..OutgoingPolicy::default() },
         disk: Default::default(),
+    }
+}
+
+/// What `guest-read-env` answers for `WHICH` in `grants("a", …)`.
+fn read_a() -> capsule_runtime::ToolResult {
+    capsule_runtime::ToolResult {
+        status: ToolStatus::Passed,
+        summary: Some("WHICH is visible".into()),
+        data: Some("a".into()),
+        data_path: None,
+        truncated: false,
+        metadata: vec![("names".into(), "WHICH".into())],
     }
 }
 
@@ -59,23 +71,28 @@ async fn a_call_in_an_instance_made_ahead_has_its_own_policy_and_one_made_with_o
 }
 
 #[tokio::test]
-async fn at_most_max_made_instances_made_ahead_live_at_once_and_clearing_gives_them_back() {
+async fn at_most_max_held_instances_are_held_at_once_and_clearing_gives_them_back() {
     let host = host();
     let read = LoadedArtifact::load_file(&host, "read", &dist("guest-read-env")).expect("loads");
-    let mut aheads: Vec<Ahead> = (0..MAX_MADE + 2).map(|_| Ahead::default()).collect();
+    // Each keeps its call's used store and the instance made for its next call: two apiece.
+    let mut aheads: Vec<Ahead> = (0..MAX_HELD).map(|_| Ahead::default()).collect();
     let mut ready = 0;
     for ahead in &mut aheads {
         // A call that sends no request starts the work when it returns.
         let out = read.call_ahead(&host, &grants("a", None), Arc::new(NoEvents), input("WHICH"), ahead).await;
-        assert_eq!(out.result.expect("returns").data.as_deref(), Some("a"));
+        assert_eq!(out.result.expect("past the cap, calls still run"), read_a());
         ready += usize::from(ahead.settle().await);
+        assert!(held() <= MAX_HELD, "never more than the cap: {}", held());
     }
-    assert_eq!(ready, MAX_MADE, "past the cap, nothing more is made");
-    assert_eq!(made_alive(), MAX_MADE);
+    assert_eq!(held(), MAX_HELD, "the cap was reached");
+    assert!(ready > 0 && ready < aheads.len(), "some were made ahead, and past the cap none: {ready}");
     for ahead in &mut aheads {
+        let out = read.call_ahead(&host, &grants("a", None), Arc::new(NoEvents), input("WHICH"), ahead).await;
+        assert_eq!(out.result.expect("returns"), read_a());
         ahead.clear();
     }
-    assert_eq!(made_alive(), 0, "clearing drops every instance made ahead");
+    // A make still under way when its `Ahead` was cleared drops what it made when it ends.
+    eventually("every instance held is given back", || async { held() == 0 }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
