@@ -29,14 +29,10 @@
 //! of its own, at once or when the answer asks for tools. The call then needs no instantiation
 //! of its own, but the turn was not shorter: the work still fell inside the turn.
 
-use bytes::Bytes;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 use wasmtime::Store;
-use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use crate::bindings::ArtifactHost;
 use crate::call::{CallOutcome, ToolInput, new_store};
@@ -213,56 +209,4 @@ async fn make(artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option
     let mut store = new_store(host, grants, Arc::new(NoEvents), &artifact.name, false).ok()?;
     let instance = pre.instantiate_async(&mut store).await.ok()?;
     Some((store, instance))
-}
-
-/// `request` with its body giving `sent` when hyper has taken the whole of it (or the body
-/// failed, or was dropped unsent): the request is then out, and the worker waits for the
-/// answer.
-pub(crate) fn when_sent(
-    request: http::Request<WasiBody>,
-    sent: Option<oneshot::Sender<()>>,
-) -> http::Request<WasiBody> {
-    use http_body_util::BodyExt;
-    match sent {
-        None => request,
-        Some(sent) => request.map(|inner| SignalAtEnd { inner, sent: Some(sent) }.boxed_unsync()),
-    }
-}
-
-/// A request body that signals its end.
-struct SignalAtEnd {
-    inner: WasiBody,
-    sent: Option<oneshot::Sender<()>>,
-}
-
-impl SignalAtEnd {
-    fn signal(&mut self) {
-        if let Some(sent) = self.sent.take() {
-            let _ = sent.send(());
-        }
-    }
-}
-
-impl http_body::Body for SignalAtEnd {
-    type Data = Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.inner.is_end_stream() {
-            self.signal();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
 }

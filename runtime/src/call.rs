@@ -16,6 +16,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::ahead::ForCall;
 use crate::bindings::exports::murmur::tool::run as wit;
+use crate::bodies::ResponseLimit;
 use crate::budget::CallDisk;
 use crate::engine::{Host, boxed};
 use crate::error::CallError;
@@ -24,7 +25,7 @@ use crate::grants::GrantError;
 use crate::grants::{Grants, STDERR_CAPTURE_BYTES};
 use crate::limiter::CallLimiter;
 use crate::load::{LoadedArtifact, Pre};
-use crate::policy::{Hooks, ResponseLimit};
+use crate::policy::Hooks;
 use crate::state::StoreState;
 
 /// Bytes one `wasi:http` fields resource (a request's or response's headers) may hold in

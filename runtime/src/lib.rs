@@ -19,6 +19,7 @@ mod affinity;
 mod ahead;
 mod beneath;
 mod bindings;
+mod bodies;
 mod budget;
 mod cache;
 mod call;

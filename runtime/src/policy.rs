@@ -15,8 +15,9 @@ use http::{HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use crate::bodies::{LimitedBody, ResponseLimit};
 
 /// The authority of the gateway address: loopback, never bound. Requests to it are rewritten
 /// before any connection is made.
@@ -258,53 +259,6 @@ type SendFuture = Box<
         > + Send,
 >;
 
-/// The cap on one HTTP response's body (`limits.response_bytes`), and whether a call hit it.
-#[derive(Clone, Debug)]
-pub(crate) struct ResponseLimit {
-    pub bytes: u64,
-    pub hit: Arc<AtomicBool>,
-}
-
-/// A response body that ends with `HttpResponseBodySize` once it has carried more than the
-/// limit (an endless or oversized provider stream), and records that it did.
-struct LimitedBody<B> {
-    inner: B,
-    left: u64,
-    limit: ResponseLimit,
-}
-
-impl<B> http_body::Body for LimitedBody<B>
-where
-    B: http_body::Body<Data = bytes::Bytes> + Unpin,
-    B::Error: Into<HttpError>,
-{
-    type Data = bytes::Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, HttpError>>> {
-        use std::task::Poll;
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        match polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-                if n > self.left {
-                    self.limit.hit.store(true, Ordering::SeqCst);
-                    self.left = 0;
-                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(self.limit.bytes)))));
-                }
-                self.left -= n;
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
 /// The status of the last HTTP response a call received, and its `retry-after` (seconds),
 /// so the caller can tell a provider's 429 or 5xx from other failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,7 +314,7 @@ impl WasiHttpHooks for Hooks {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let decided = self.policy.decide(crate::ahead::when_sent(request, self.sent.take()));
+        let decided = self.policy.decide(crate::bodies::when_sent(request, self.sent.take()));
         let limit = self.response.clone();
         let last = self.last.clone();
         let unreachable = self.unreachable.clone();
