@@ -9,7 +9,7 @@
 //! before the reply is sent, so they precede the call's `artifact` frames.
 
 use capsule_protocol::neutral::{DriverResponse, StopReason};
-use capsule_runtime::{Ahead, Grants, Host, LoadedArtifact, ToolInput, ToolStatus};
+use capsule_runtime::{Ahead, Grants, Host, LoadedArtifact, ToolInput, ToolStatus, Waits};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,6 +92,9 @@ pub struct GatewayArgs {
     pub grants: Grants,
     /// The credentials book's routes, read per call.
     pub routes: crate::credentials::Routes,
+    /// The session's waits for its provider, told of each request out and of each answer that
+    /// asks for no tools (the tools actor makes its next instance in the wait).
+    pub waits: Waits,
 }
 
 /// One driver's gateway: runs its calls, with the credential only in the call's egress hook.
@@ -114,7 +117,8 @@ impl Actor for Gateway {
         _myself: ActorRef<GatewayMsg>,
         args: GatewayArgs,
     ) -> Result<GatewayState, ActorProcessingErr> {
-        Ok(GatewayState { args, ahead: Ahead::default() })
+        let ahead = Ahead::telling(args.waits.clone());
+        Ok(GatewayState { args, ahead })
     }
 
     async fn handle(
@@ -130,9 +134,13 @@ impl Actor for Gateway {
                 // A final answer ends the task: no next call soon, so no instance is kept for
                 // one (an answer that asks for tools, or a failure that may be retried, keeps it).
                 let last = matches!(&r.result, Ok(resp) if resp.stop_reason != StopReason::ToolCall);
+                let tools_next = matches!(&r.result, Ok(resp) if resp.stop_reason == StopReason::ToolCall);
                 let _ = reply.send(r);
                 if last {
                     state.ahead.clear();
+                }
+                if !tools_next {
+                    state.args.waits.answered_without_tools();
                 }
             }
             GatewayMsg::InjectPanic => panic!("gateway: injected panic (test hook)"),

@@ -244,6 +244,8 @@ impl Session {
             })),
         ];
         let mut tools = HashMap::new();
+        // The session's waits for its provider: its gateways tell them, its tools use them.
+        let waits = capsule_runtime::Waits::default();
         for a in &prepared.artifacts {
             match a.decl.runtime {
                 ArtifactRuntime::Driver => children.push(ChildSpec::Gateway(Box::new(GatewayArgs {
@@ -252,6 +254,7 @@ impl Session {
                     artifact: a.loaded.clone(),
                     grants: a.grants.clone(),
                     routes: credentials_book.routes(),
+                    waits: waits.clone(),
                 }))),
                 ArtifactRuntime::Tool => {
                     tools.insert(
@@ -273,7 +276,7 @@ impl Session {
                 }
             }
         }
-        children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools })));
+        children.push(ChildSpec::Tools(Box::new(ToolsArgs { host: opts.host.clone(), tools, waits })));
         children.push(ChildSpec::Loop(Box::new(loop_config)));
         let mut leased = None;
         if let (Some(c), Some(lease)) = (&opts.cluster, lease) {

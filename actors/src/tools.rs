@@ -3,7 +3,7 @@
 //! an error result for the model, never a crash of the session.
 
 use capsule_protocol::Code;
-use capsule_runtime::{Grants, GuestEvents, Host, LoadedArtifact, ToolInput, ToolStatus};
+use capsule_runtime::{Grants, GuestEvents, Host, LoadedArtifact, ToolAhead, ToolInput, ToolStatus, Waits};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,6 +61,7 @@ pub fn crashed() -> ToolRunReply {
         duration_ms: 0,
         truncated: false,
         code: Some(Code::ActorCrashed.as_str()),
+        made_ahead: false,
     }
 }
 
@@ -77,6 +78,9 @@ pub struct ToolRunReply {
     pub truncated: bool,
     /// The diagnostic code when the call itself failed (trap, limit).
     pub code: Option<&'static str>,
+    /// Whether the call ran in an instance made while the provider answered
+    /// (`capsule_runtime::ToolAhead`).
+    pub made_ahead: bool,
 }
 
 /// One tool the actor can run.
@@ -95,25 +99,40 @@ pub struct ToolsArgs {
     pub host: Host,
     /// Tools by name.
     pub tools: HashMap<String, ToolEntry>,
+    /// The session's waits for its provider, in which each tool's next instance is made.
+    pub waits: Waits,
 }
 
 /// The tools actor: runs each tool call in its own sandboxed store.
 pub struct Tools;
 
+/// The tools actor's state: what it was started with, and each tool's next instance.
+pub struct ToolsState {
+    args: ToolsArgs,
+    /// Each tool's next instance, made while the provider answers (`capsule_runtime::ToolAhead`).
+    ahead: HashMap<String, ToolAhead>,
+}
+
 impl Actor for Tools {
     type Msg = ToolsMsg;
-    type State = ToolsArgs;
+    type State = ToolsState;
     type Arguments = ToolsArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<ToolsMsg>, args: ToolsArgs) -> Result<ToolsArgs, ActorProcessingErr> {
-        Ok(args)
+    async fn pre_start(&self, _myself: ActorRef<ToolsMsg>, args: ToolsArgs) -> Result<ToolsState, ActorProcessingErr> {
+        // Each tool's first instance is made in the session's first wait.
+        let ahead = args
+            .tools
+            .iter()
+            .map(|(name, t)| (name.clone(), ToolAhead::first(&t.artifact, &args.host, &t.grants, &args.waits)))
+            .collect();
+        Ok(ToolsState { args, ahead })
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<ToolsMsg>,
         msg: ToolsMsg,
-        state: &mut ToolsArgs,
+        state: &mut ToolsState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolsMsg::Run { name, input, events, answer } => {
@@ -126,8 +145,9 @@ impl Actor for Tools {
     }
 }
 
-async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn GuestEvents>) -> ToolRunReply {
+async fn run(state: &mut ToolsState, name: &str, input: String, events: Arc<dyn GuestEvents>) -> ToolRunReply {
     let started = Instant::now();
+    let ToolsState { args: state, ahead } = state;
     let Some(entry) = state.tools.get(name) else {
         return ToolRunReply {
             content: format!("tool `{name}` is not declared in this capsule"),
@@ -135,11 +155,14 @@ async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn Guest
             duration_ms: 0,
             truncated: false,
             code: None,
+            made_ahead: false,
         };
     };
-    let outcome =
-        entry.artifact.call(&state.host, &entry.grants, events, ToolInput { data: Some(input), log_path: None }).await;
+    let input = ToolInput { data: Some(input), log_path: None };
+    let ahead = ahead.entry(name.to_string()).or_default();
+    let outcome = entry.artifact.call_tool_ahead(&state.host, &entry.grants, events, input, ahead, &state.waits).await;
     let duration_ms = started.elapsed().as_millis() as u64;
+    let made_ahead = outcome.made_ahead;
     match outcome.result {
         Ok(r) => {
             let is_error = r.status != ToolStatus::Passed;
@@ -150,7 +173,7 @@ async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn Guest
                 (None, Some(s)) => s,
                 (None, None) => String::new(),
             };
-            ToolRunReply { content, is_error, duration_ms, truncated: r.truncated, code: None }
+            ToolRunReply { content, is_error, duration_ms, truncated: r.truncated, code: None, made_ahead }
         }
         Err(e) => ToolRunReply {
             content: e.to_string(),
@@ -158,6 +181,7 @@ async fn run(state: &ToolsArgs, name: &str, input: String, events: Arc<dyn Guest
             duration_ms,
             truncated: false,
             code: Some(e.code().as_str()),
+            made_ahead,
         },
     }
 }
@@ -175,7 +199,14 @@ mod tests {
     }
 
     fn ok(content: &str) -> ToolRunReply {
-        ToolRunReply { content: content.into(), is_error: false, duration_ms: 1, truncated: false, code: None }
+        ToolRunReply {
+            content: content.into(),
+            is_error: false,
+            duration_ms: 1,
+            truncated: false,
+            code: None,
+            made_ahead: false,
+        }
     }
 
     #[test]
@@ -195,7 +226,9 @@ mod tests {
     async fn a_call_queued_behind_a_crash_is_answered_as_crashed() {
         let host = Host::new(capsule_runtime::HostOptions { cache_dir: None }).expect("host");
         let (tools, handle) =
-            Actor::spawn(None, Tools, ToolsArgs { host, tools: HashMap::new() }).await.expect("spawn");
+            Actor::spawn(None, Tools, ToolsArgs { host, tools: HashMap::new(), waits: Waits::default() })
+                .await
+                .expect("spawn");
         let (answer, got) = recorded();
         let events: Arc<dyn GuestEvents> = Arc::new(capsule_runtime::NoEvents);
         // Both are queued before the actor handles either: the crash comes first and the call

@@ -41,6 +41,7 @@ use crate::events::{GuestEvents, NoEvents};
 use crate::grants::Grants;
 use crate::load::{LoadedArtifact, Pre};
 use crate::state::StoreState;
+use crate::waits::Waits;
 
 /// Instances held by [`Ahead`]s in a process at once, made ahead or used and waiting to be
 /// dropped (the pool holds [`POOL_INSTANCES`](crate::engine::POOL_INSTANCES)).
@@ -56,6 +57,8 @@ pub struct Ahead {
     used: Option<(Store<StoreState>, Counted)>,
     making: Option<oneshot::Receiver<Made>>,
     ready: Option<Made>,
+    /// Told when a call's request is out (the session's tools make their next instance then).
+    waits: Option<Waits>,
 }
 
 impl std::fmt::Debug for Ahead {
@@ -64,6 +67,7 @@ impl std::fmt::Debug for Ahead {
             .field("used", &self.used.is_some())
             .field("making", &self.making.is_some())
             .field("ready", &self.ready.is_some())
+            .field("waits", &self.waits.is_some())
             .finish()
     }
 }
@@ -81,15 +85,33 @@ pub(crate) struct Made {
 #[derive(Default)]
 pub(crate) struct ForCall {
     pub(crate) made: Option<Made>,
-    pub(crate) sent: Option<oneshot::Sender<()>>,
+    pub(crate) sent: Option<Sent>,
+}
+
+/// What a call's request gives when hyper has taken the whole of its body (or the body
+/// failed): the request is out. It wakes the work of the caller's [`Ahead`] and tells the
+/// session's [`Waits`] a wait has begun, there and then, before any answer can come.
+/// Dropped unsent (the call sent no request), it wakes the work only.
+pub(crate) struct Sent {
+    done: oneshot::Sender<()>,
+    waits: Option<Waits>,
+}
+
+impl Sent {
+    pub(crate) fn fire(self) {
+        if let Some(waits) = &self.waits {
+            waits.out();
+        }
+        let _ = self.done.send(());
+    }
 }
 
 /// One of the [`MAX_HELD`]; kept beside (after) the store it counts, so it is given back
 /// once the store is dropped.
-struct Counted;
+pub(crate) struct Counted;
 
 impl Counted {
-    fn take() -> Option<Counted> {
+    pub(crate) fn take() -> Option<Counted> {
         HELD.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_HELD).then_some(n + 1)).ok().map(|_| Counted)
     }
 }
@@ -106,10 +128,15 @@ pub fn held() -> usize {
 }
 
 impl Ahead {
+    /// An [`Ahead`] that tells `waits` each time a call's request is out.
+    pub fn telling(waits: Waits) -> Ahead {
+        Ahead { waits: Some(waits), ..Ahead::default() }
+    }
+
     /// Drop here what it holds: the used store and any instance made or being made (no next
     /// call is expected soon, so nothing should hold a pool slot meanwhile).
     pub fn clear(&mut self) {
-        *self = Ahead::default();
+        *self = Ahead { waits: self.waits.take(), ..Ahead::default() };
     }
 
     /// Wait until the instance being made is ready or has failed; whether one is ready.
@@ -126,22 +153,14 @@ impl Ahead {
     /// slot either way: an instance made ahead serves one call at most.
     async fn take(&mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
         self.settle().await;
-        let mut made = self.ready.take()?;
-        let g = &made.grants;
-        if g.env != grants.env || g.limits != grants.limits || g.role != grants.role {
-            return None;
-        }
-        let state = made.store.data_mut();
-        state.hooks.policy = grants.policy.clone();
-        state.events = events;
-        Some(made)
+        self.ready.take()?.fit(grants, events)
     }
 
     /// Start the work for the call about to run with `grants`: a task that waits for the
     /// returned signal (the call's request is out, or the call is over), then drops the used
     /// store and makes the next instance. `None` outside a tokio runtime (the used store is
     /// dropped here).
-    fn start(&mut self, artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option<oneshot::Sender<()>> {
+    fn start(&mut self, artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option<Sent> {
         let used = self.used.take();
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sent, when_sent) = oneshot::channel::<()>();
@@ -161,12 +180,12 @@ impl Ahead {
                 None => Counted::take(),
             };
             let Some(counted) = counted else { return };
-            if let Some((store, instance)) = make(&artifact, &host, &grants).await {
-                let _ = made.send(Made { store, instance, grants, _counted: counted });
+            if let Some(m) = Made::make(&artifact, &host, grants, counted).await {
+                let _ = made.send(m);
             }
         });
         self.making = Some(making);
-        Some(sent)
+        Some(Sent { done: sent, waits: self.waits.clone() })
     }
 }
 
@@ -202,11 +221,26 @@ impl LoadedArtifact {
     }
 }
 
-/// A fresh store with `grants` and the component instantiated in it; `None` on any failure
-/// (the call then makes its own and reports the failure as usual).
-async fn make(artifact: &LoadedArtifact, host: &Host, grants: &Grants) -> Option<(Store<StoreState>, ArtifactHost)> {
-    let Pre::Run(pre) = &artifact.pre else { return None };
-    let mut store = new_store(host, grants, Arc::new(NoEvents), &artifact.name, false).ok()?;
-    let instance = pre.instantiate_async(&mut store).await.ok()?;
-    Some((store, instance))
+impl Made {
+    /// A store and instance made now with `grants`, counted by `counted`; `None` on any failure
+    /// (the call then makes its own and reports the failure as usual).
+    pub(crate) async fn make(artifact: &LoadedArtifact, host: &Host, grants: Grants, counted: Counted) -> Option<Made> {
+        let Pre::Run(pre) = &artifact.pre else { return None };
+        let mut store = new_store(host, &grants, Arc::new(NoEvents), &artifact.name, false).ok()?;
+        let instance = pre.instantiate_async(&mut store).await.ok()?;
+        Some(Made { store, instance, grants, _counted: counted })
+    }
+
+    /// This instance for a call with `grants`, if it was made with the same environment,
+    /// limits and role; the call's outgoing policy and `events` go in.
+    pub(crate) fn fit(mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
+        let g = &self.grants;
+        if g.env != grants.env || g.limits != grants.limits || g.role != grants.role {
+            return None;
+        }
+        let state = self.store.data_mut();
+        state.hooks.policy = grants.policy.clone();
+        state.events = events;
+        Some(self)
+    }
 }

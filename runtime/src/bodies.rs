@@ -2,13 +2,13 @@
 //! call's `limits.response_bytes`, and a request's, which signals when hyper has taken the
 //! whole of it (the call's wait for its answer begins: [`crate::ahead`]).
 
+use crate::ahead::Sent;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use tokio::sync::oneshot;
 use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 /// The cap on one HTTP response's body (`limits.response_bytes`), and whether a call hit it.
@@ -57,29 +57,38 @@ where
     }
 }
 
-/// `request` with its body giving `sent` when hyper has taken the whole of it (or the body
-/// failed, or was dropped unsent): the request is then out, and the worker waits for the
-/// answer.
-pub(crate) fn when_sent(
-    request: http::Request<WasiBody>,
-    sent: Option<oneshot::Sender<()>>,
-) -> http::Request<WasiBody> {
+/// `request` with its body giving `sent` when hyper has taken the whole of it: at its end, at
+/// a failure, or when hyper drops it after taking some of it (a body with a `content-length`
+/// is dropped once that many bytes are taken, never polled to its end). The request is then
+/// out, and the worker waits for the answer. A body dropped untouched (a request refused) only
+/// drops `sent`.
+pub(crate) fn when_sent(request: http::Request<WasiBody>, sent: Option<Sent>) -> http::Request<WasiBody> {
     match sent {
         None => request,
-        Some(sent) => request.map(|inner| SignalAtEnd { inner, sent: Some(sent) }.boxed_unsync()),
+        Some(sent) => request.map(|inner| SignalAtEnd { inner, sent: Some(sent), taken: false }.boxed_unsync()),
     }
 }
 
 /// A request body that signals its end.
 struct SignalAtEnd {
     inner: WasiBody,
-    sent: Option<oneshot::Sender<()>>,
+    sent: Option<Sent>,
+    /// Whether hyper has taken a frame of it.
+    taken: bool,
+}
+
+impl Drop for SignalAtEnd {
+    fn drop(&mut self) {
+        if self.taken {
+            self.signal();
+        }
+    }
 }
 
 impl SignalAtEnd {
     fn signal(&mut self) {
         if let Some(sent) = self.sent.take() {
-            let _ = sent.send(());
+            sent.fire();
         }
     }
 }
@@ -93,6 +102,7 @@ impl http_body::Body for SignalAtEnd {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        self.taken |= polled.is_ready();
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.inner.is_end_stream() {
             self.signal();
         }

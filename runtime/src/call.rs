@@ -9,15 +9,16 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, Trap};
+use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpCtx;
 
-use crate::ahead::ForCall;
+use crate::ahead::{ForCall, Made};
 use crate::bindings::exports::murmur::tool::run as wit;
 use crate::bodies::ResponseLimit;
 use crate::budget::CallDisk;
+use crate::classify::stderr_text;
 use crate::engine::{Host, boxed};
 use crate::error::CallError;
 use crate::events::GuestEvents;
@@ -148,13 +149,7 @@ pub(crate) fn new_store(
     inline_files: bool,
 ) -> Result<Store<StoreState>, CallError> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-    let wasi = grants.wasi_ctx(stderr.clone(), inline_files).map_err(|e| {
-        let artifact = artifact.to_string();
-        match e {
-            GrantError::Scope(source) => CallError::Scope { artifact, source },
-            GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
-        }
-    })?;
+    let wasi = wasi_ctx(grants, stderr.clone(), inline_files, artifact)?;
     let l = grants.limits;
     let mut http = WasiHttpCtx::new();
     http.set_field_size_limit(FIELD_SIZE_LIMIT);
@@ -186,6 +181,22 @@ pub(crate) fn new_store(
     store.epoch_deadline_callback(move |_| at_tick(t0.elapsed() >= INSTANTIATE_DEADLINE));
     store.set_epoch_deadline(1);
     Ok(store)
+}
+
+/// The WASI context of a call with `grants` (its folder resolved now), errors as the call's.
+fn wasi_ctx(
+    grants: &Grants,
+    stderr: MemoryOutputPipe,
+    inline_files: bool,
+    artifact: &str,
+) -> Result<WasiCtx, CallError> {
+    grants.wasi_ctx(stderr, inline_files).map_err(|e| {
+        let artifact = artifact.to_string();
+        match e {
+            GrantError::Scope(source) => CallError::Scope { artifact, source },
+            GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
+        }
+    })
 }
 
 /// Arm `store` with `deadline` of the guest's own time from now: the epoch callback traps past
@@ -251,6 +262,21 @@ impl LoadedArtifact {
             // The store is dropped here, with the rest of the pair.
             return Box::pin(self.call_here(host, grants, events, input, false, ForCall::default())).await.0;
         }
+        self.on_own_thread(host, grants, events, input, None, false).await.0
+    }
+
+    /// The call on a thread of its own from tokio's blocking pool (see [`LoadedArtifact::call`]),
+    /// in `made` when there is one. The call's store comes back beside the outcome when
+    /// `give_back`; otherwise the thread drops it after sending the answer.
+    pub(crate) async fn on_own_thread(
+        &self,
+        host: &Host,
+        grants: &Grants,
+        events: Arc<dyn GuestEvents>,
+        input: ToolInput,
+        made: Option<Made>,
+        give_back: bool,
+    ) -> (CallOutcome, Option<Store<StoreState>>) {
         let (this, host, grants) = (self.clone(), host.clone(), grants.clone());
         let runtime = tokio::runtime::Handle::current();
         // Dropped with this future (or after the call): the call on the other thread ends.
@@ -262,13 +288,16 @@ impl LoadedArtifact {
         let job = tokio::task::spawn_blocking(move || {
             place.take();
             runtime.block_on(async move {
+                let ahead = ForCall { made, sent: None };
                 tokio::select! {
-                    (outcome, store) = this.call_here(&host, &grants, events, input, true, ForCall::default()) => {
+                    (outcome, store) = this.call_here(&host, &grants, events, input, true, ahead) => {
                         // The answer leaves before the store is torn down: resetting the
-                        // instance's memory slot is this thread's work while the caller goes on.
+                        // instance's memory slot is this thread's work while the caller goes on
+                        // (or, given back, the caller's to do when it suits).
                         // The call counts as done with its answer, so a next call asked at once
                         // (a turn's second tool call) is still kept beside the worker.
-                        let _ = answer.send(outcome);
+                        let (kept, store) = if give_back { (store, None) } else { (None, store) };
+                        let _ = answer.send((outcome, kept));
                         drop(place);
                         drop(store);
                     }
@@ -276,17 +305,15 @@ impl LoadedArtifact {
                 }
             })
         });
-        if let Ok(outcome) = answered.await {
-            return outcome;
+        if let Ok(answer) = answered.await {
+            return answer;
         }
         // No answer: the thread stopped before it had one.
+        let refused = |source| CallOutcome::refused(CallError::Instantiate { artifact: self.name.clone(), source });
         match job.await {
-            Ok(()) => CallOutcome::refused(CallError::Instantiate {
-                artifact: self.name.clone(),
-                source: "the call was stopped before it finished".into(),
-            }),
+            Ok(()) => (refused("the call was stopped before it finished".into()), None),
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => CallOutcome::refused(CallError::Instantiate { artifact: self.name.clone(), source: Box::new(e) }),
+            Err(e) => (refused(Box::new(e)), None),
         }
     }
 
@@ -315,6 +342,15 @@ impl LoadedArtifact {
         let t0 = Instant::now();
         let made_ahead = made.is_some();
         let (mut store, instance) = match made {
+            // A tool's folder is resolved now, on the call's thread, as for a store made here.
+            Some(mut made) if grants.has_folder() => {
+                let stderr = made.store.data().stderr.clone();
+                match wasi_ctx(grants, stderr, inline_files, &self.name) {
+                    Ok(wasi) => made.store.data_mut().wasi = wasi,
+                    Err(e) => return (CallOutcome::refused(e), Some(made.store)),
+                }
+                (made.store, made.instance)
+            }
             Some(made) => (made.store, made.instance),
             None => {
                 let mut store = match new_store(host, grants, events, &self.name, inline_files) {
@@ -388,66 +424,6 @@ impl LoadedArtifact {
         let outcome = CallOutcome { result, instantiate_time, made_ahead, call_time, stderr, upstream, unreachable };
         (outcome, Some(store))
     }
-
-    pub(crate) fn classify(
-        &self,
-        e: wasmtime::Error,
-        store: &Store<StoreState>,
-        deadline: Duration,
-        instantiating: bool,
-    ) -> CallError {
-        let lim = &store.data().limiter;
-        let disk = &store.data().disk;
-        if disk.refused() {
-            return CallError::HostLimit {
-                artifact: self.name.clone(),
-                what: "bytes written to files in this session",
-                limit: disk.limit(),
-                key: "disk_bytes",
-            };
-        }
-        let table_full =
-            e.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full)));
-        if table_full {
-            return CallError::HostLimit {
-                artifact: self.name.clone(),
-                what: "live WASI resources (header fields, streams, open files)",
-                limit: store.data().table.max_capacity() as u64,
-                key: "resources",
-            };
-        }
-        if lim.memory_refused {
-            return CallError::MemoryLimit {
-                artifact: self.name.clone(),
-                what: "memory",
-                limit: lim.memory_bytes,
-                key: "memory_bytes",
-            };
-        }
-        if lim.table_refused {
-            return CallError::MemoryLimit {
-                artifact: self.name.clone(),
-                what: "a table",
-                limit: u64::from(lim.table_elements),
-                key: "table_elements",
-            };
-        }
-        let trap = e.downcast_ref::<Trap>().copied();
-        if trap == Some(Trap::Interrupt) {
-            let seconds = if instantiating { INSTANTIATE_DEADLINE.as_secs_f64() } else { deadline.as_secs_f64() };
-            return CallError::Deadline { artifact: self.name.clone(), seconds };
-        }
-        if instantiating && trap.is_none() {
-            return CallError::Instantiate { artifact: self.name.clone(), source: boxed(e) };
-        }
-        let said = guest_said(&stderr_text(store));
-        CallError::Trap {
-            artifact: self.name.clone(),
-            trap: trap.map(|t| t.to_string()).unwrap_or_else(|| "host error".to_string()),
-            stderr_note: if said.is_empty() { String::new() } else { format!("; guest said: {said}") },
-            source: boxed(e),
-        }
-    }
 }
 
 /// Bytes a result carries: data, summary, data path and metadata.
@@ -455,23 +431,4 @@ fn result_size(r: &wit::ToolResult) -> u64 {
     let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     let meta: usize = r.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
     (opt(&r.data) + opt(&r.summary) + opt(&r.data_path) + meta) as u64
-}
-
-/// The useful part of a guest's stderr: a Rust panic's location and message (the message is
-/// on the line after `panicked at`), else the last non-empty line.
-fn guest_said(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr.lines().collect();
-    if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
-        let mut s = lines[i].trim().to_string();
-        if let Some(next) = lines.get(i + 1).filter(|l| !l.trim().is_empty() && !l.starts_with("note:")) {
-            s.push(' ');
-            s.push_str(next.trim());
-        }
-        return s;
-    }
-    lines.iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default()
-}
-
-pub(crate) fn stderr_text(store: &Store<StoreState>) -> String {
-    String::from_utf8_lossy(&store.data().stderr.contents()).into_owned()
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::bindings::hook::Hook;
 use crate::bindings::hook::exports::murmur::hook::lifecycle as wit;
-use crate::call::{arm_deadline, new_store, stderr_text, within_own_time};
+use crate::call::{arm_deadline, new_store, within_own_time};
+use crate::classify::stderr_text;
 use crate::engine::Host;
 use crate::error::CallError;
 use crate::events::GuestEvents;

@@ -23,6 +23,7 @@ mod bodies;
 mod budget;
 mod cache;
 mod call;
+mod classify;
 mod engine;
 mod error;
 mod events;
@@ -33,7 +34,9 @@ mod limiter;
 mod load;
 mod policy;
 mod state;
+mod tool_ahead;
 mod upstream;
+mod waits;
 
 pub use ahead::{Ahead, MAX_HELD, held};
 pub use beneath::{Beneath, BeneathError, FileMode};
@@ -50,3 +53,5 @@ pub use load::{
     ALLOWED_MURMUR_IMPORTS, ComponentKind, HOOK_EXPORT, HOOK_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT,
 };
 pub use policy::{Credential, GatewayRoute, KeyStyle, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};
+pub use tool_ahead::ToolAhead;
+pub use waits::Waits;

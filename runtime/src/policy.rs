@@ -280,7 +280,7 @@ pub(crate) struct Hooks {
     /// The store's paused clock: a wait on the send gate is not the guest's time.
     pub paused: Arc<crate::events::Paused>,
     /// Signalled when the call's first request is out ([`crate::ahead`]).
-    pub sent: Option<tokio::sync::oneshot::Sender<()>>,
+    pub(crate) sent: Option<crate::ahead::Sent>,
 }
 
 /// A transport failure in words a user can act on (wasi:http's error codes name the case).

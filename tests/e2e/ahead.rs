@@ -1,14 +1,16 @@
-//! A driver's next instance, made while the provider answers (`runtime/src/ahead.rs`): the
-//! call that takes it runs with its own grants, and a capsule's later driver calls run in
-//! such instances with nothing of the call lost (key, events).
+//! A driver's and a tool's next instance, made while the provider answers
+//! (`runtime/src/ahead.rs`, `runtime/src/tool_ahead.rs`): the call that takes it runs with its
+//! own grants, a capsule's later calls run in such instances with nothing of the call lost
+//! (key, events, the tool's folder), and nothing made is held past the wait it was made for.
 
 use crate::common::*;
 use capsule_protocol::manifest::{AllowRule, Limits};
 use capsule_protocol::trace::ExitStatus;
 use capsule_runtime::{
-    Ahead, ArtifactRole, Grants, LoadedArtifact, MAX_HELD, NoEvents, OutgoingPolicy, ToolInput, ToolStatus, held,
+    Ahead, ArtifactRole, Grants, LoadedArtifact, MAX_HELD, NoEvents, OutgoingPolicy, ToolAhead, ToolInput, ToolStatus,
+    Waits, held,
 };
-use capsule_stub::Turn;
+use capsule_stub::{ToolCall, Turn};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -130,4 +132,88 @@ async fn a_capsules_later_driver_calls_run_in_instances_made_ahead_with_their_ke
     let started = data.iter().filter(|d| d.contains("\"tool_name\":\"files\"") && !d.contains("artifact")).count();
     assert_eq!(started, 3, "each call's tool-call start reached the stream: {data:?}");
     session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsules_tool_calls_run_in_instances_made_in_the_providers_wait_and_an_idle_session_holds_none() {
+    let list = || ToolCall { id: None, name: "files".into(), input: json!({"op": "list", "path": "."}) };
+    let write =
+        ToolCall { id: None, name: "files".into(), input: json!({"op": "write", "path": "a.txt", "content": "x"}) };
+    let turns = vec![
+        Turn::tool_call("files", json!({"op": "list", "path": "."})),
+        // Two calls of the tool in one turn: the second comes before any wait.
+        Turn { tool_calls: Some(vec![write, list()]), ..Turn::default() },
+        Turn { tool_calls: Some(vec![list()]), ..Turn::default() },
+        Turn::text("all done"),
+    ];
+    let stub = stub(turns);
+    let cap = Capsule::new(&format!(
+        "name: ahead\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{AHEAD_KEY}}'}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    ));
+    let session = cap.launch_with_env(&[("AHEAD_KEY", "sk-ahead")]).await.expect("launch");
+    let (outcome, _frames) = run_task(&session, "go").await;
+    assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+
+    let calls: Vec<(bool, String)> = trace(&session)
+        .iter()
+        .filter(|e| e["event_type"] == "tool_call")
+        .map(|e| {
+            assert_eq!(e["is_error"], false, "{e}");
+            (
+                e["instance_made_ahead"].as_bool().expect("the trace says"),
+                e["content"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let made: Vec<bool> = calls.iter().map(|c| c.0).collect();
+    assert_eq!(
+        made,
+        [true, true, false, true],
+        "the first call of each turn runs in an instance made in the provider's wait (the session's first \
+         too); a turn's second call, before any wait, makes its own"
+    );
+    // The folder is the call's own, resolved at the call: what one call wrote, the next lists.
+    assert!(!calls[0].1.contains("a.txt"), "nothing written yet: {:?}", calls[0].1);
+    for (i, c) in calls.iter().enumerate().skip(2) {
+        assert!(c.1.contains("a.txt"), "call {i} lists the file the turn's first call wrote: {:?}", c.1);
+    }
+    // The final answer asked for no tools: what was made for a next call is dropped, and the
+    // session, still up, holds no instance.
+    eventually("the idle session holds no instance", || async { held() == 0 }).await;
+    session.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tool_instance_is_made_only_in_a_wait_held_for_one_call_and_dropped_at_the_next_news() {
+    let host = host();
+    let read = LoadedArtifact::load_file(&host, "read", &dist("guest-read-env")).expect("loads");
+    let waits = Waits::default();
+    let g = grants("a", None);
+    let mut ahead = ToolAhead::first(&read, &host, &g, &waits);
+    tokio::task::yield_now().await;
+    assert!(!ahead.is_ready() && held() == 0, "nothing is made before a wait begins");
+    waits.out();
+    eventually("made in the wait", || async { ahead.is_ready() }).await;
+    assert_eq!(held(), 1);
+
+    let out = read.call_tool_ahead(&host, &g, Arc::new(NoEvents), input("WHICH"), &mut ahead, &waits).await;
+    assert!(out.made_ahead, "the call took the instance made in the wait");
+    assert_eq!(out.result.expect("returns"), read_a());
+    // Its used store waits for the next wait, counted.
+    assert_eq!(held(), 1);
+    waits.out();
+    eventually("the used store dropped, the next instance made", || async { ahead.is_ready() }).await;
+    assert_eq!(held(), 1, "the next instance took the used store's place");
+
+    // An answer that asks for no tools: nothing made for a tool call is held past it.
+    waits.answered_without_tools();
+    eventually("given back at the news", || async { held() == 0 }).await;
+    let out = read.call_tool_ahead(&host, &g, Arc::new(NoEvents), input("WHICH"), &mut ahead, &waits).await;
+    assert!(!out.made_ahead, "the instance was dropped; the call made its own");
+    assert_eq!(out.result.expect("returns"), read_a());
+    // A news that is not a wait makes nothing, and the used store goes.
+    waits.answered_without_tools();
+    eventually("the used store dropped", || async { held() == 0 }).await;
+    assert!(!ahead.is_ready());
 }

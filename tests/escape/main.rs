@@ -4,6 +4,7 @@
 //! `the_suite_prints_its_table` runs every probe once more and prints how many were tried,
 //! how many escaped, and how many ended in a coded resource failure.
 
+mod ahead_probes;
 #[path = "../e2e/common.rs"]
 mod common;
 #[path = "../e2e/http_support.rs"]
@@ -61,6 +62,8 @@ probe_tests! {
     a_swapped_cwasm_is_recompiled_not_run,
     a_call_sees_nothing_an_earlier_call_left_in_memory,
     an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory,
+    a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory,
+    a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused,
 }
 
 #[tokio::test]

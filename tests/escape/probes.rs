@@ -2,11 +2,12 @@
 //! call the hostile component directly with the grants a launch builds; session-level ones
 //! are in `session_probes`.
 
+use crate::ahead_probes as ap;
 use crate::common::*;
 use crate::session_probes as sp;
 use capsule_protocol::manifest::Limits;
 use capsule_runtime::{
-    Ahead, ArtifactRole, CallError, CallOutcome, DiskMeter, Grants, Host, HostOptions, LoadedArtifact, NoEvents,
+    ArtifactRole, CallError, CallOutcome, DiskMeter, Grants, Host, HostOptions, LoadedArtifact, NoEvents,
     OutgoingPolicy, Scope, ToolInput, ToolStatus,
 };
 use serde_json::{Value, json};
@@ -70,6 +71,8 @@ pub const PROBES: &[&str] = &[
     "a_swapped_cwasm_is_recompiled_not_run",
     "a_call_sees_nothing_an_earlier_call_left_in_memory",
     "an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory",
+    "a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory",
+    "a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused",
 ];
 
 /// Run the probe called `name`.
@@ -108,7 +111,11 @@ pub async fn run(name: &str) -> Verdict {
         "session_files_are_private" => sp::session_files_private().await,
         "a_swapped_cwasm_is_recompiled_not_run" => swapped_cwasm().await,
         "a_call_sees_nothing_an_earlier_call_left_in_memory" => memory_residue().await,
-        "an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory" => residue_made_ahead().await,
+        "an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory" => ap::residue_made_ahead().await,
+        "a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory" => ap::tool_residue_made_ahead().await,
+        "a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused" => {
+            ap::swapped_scope_made_ahead().await
+        }
         other => Verdict::escaped(format!("no probe named {other}")),
     }
 }
@@ -368,37 +375,6 @@ async fn memory_residue() -> Verdict {
             "the pool kept nothing resident ({other:?}), so the reset in place was not tested"
         )),
     }
-}
-
-/// The same probe through `call_ahead` (as a driver's gateway calls): each call after the
-/// first runs in the instance made while the previous call ran (the previous store dropped
-/// first, so the instance reuses its reset slot), and must still find the initial image.
-async fn residue_made_ahead() -> Verdict {
-    let host = host();
-    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
-    let t = Tree::new();
-    let grants = Grants { preopen: None, ..t.grants(Limits::default(), DiskMeter::default()) };
-    let clean = "data=5eed bss=0 grown_nonzero=0";
-    let mut ahead = Ahead::default();
-    for (i, pages) in [4, 4, 32, 4, 32, 32, 4].into_iter().enumerate() {
-        let input = json!({"op": "residue", "pages": pages}).to_string();
-        let input = ToolInput { data: Some(input), log_path: None };
-        let out = a.call_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead).await;
-        if out.made_ahead != (i > 0) {
-            return Verdict::escaped(format!(
-                "call {i}: made ahead {}, which this probe did not set up",
-                out.made_ahead
-            ));
-        }
-        match out.result {
-            Ok(r) if r.data.as_deref() == Some(clean) => {}
-            other => return Verdict::escaped(format!("call {i} ({pages} pages grown) found {other:?}; want {clean}")),
-        }
-        if !ahead.settle().await {
-            return Verdict::escaped(format!("no instance was made ahead after call {i}"));
-        }
-    }
-    Verdict::held("7 calls, 6 of them in an instance made ahead, each saw the initial image")
 }
 
 /// What the pool's freed memories keep resident, once they keep anything (or at a 10 s

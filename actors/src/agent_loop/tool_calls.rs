@@ -48,6 +48,7 @@ impl LoopState {
                     duration_ms: 0,
                     truncated: false,
                     code: None,
+                    made_ahead: false,
                 },
                 Err(r) => ToolRunReply {
                     content: format!("{r} ({})", r.reason()),
@@ -55,6 +56,7 @@ impl LoopState {
                     duration_ms: 0,
                     truncated: false,
                     code: None,
+                    made_ahead: false,
                 },
             };
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
@@ -65,7 +67,14 @@ impl LoopState {
                 "tool `{name}` is not declared in this capsule; available tools: {}",
                 if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
             );
-            let reply = ToolRunReply { content, is_error: true, duration_ms: 0, truncated: false, code: None };
+            let reply = ToolRunReply {
+                content,
+                is_error: true,
+                duration_ms: 0,
+                truncated: false,
+                code: None,
+                made_ahead: false,
+            };
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
@@ -107,7 +116,7 @@ impl LoopState {
         let long = reply.content.len() > ARTIFACT_FRAME_BYTES;
         let output_file = if long { self.keep_output(&id, &reply.content) } else { None };
         let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
-        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
+        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "instance_made_ahead": reply.made_ahead, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
         let result = Message::tool_result(id.clone(), reply.content.clone(), reply.is_error);
         // The turn's last result is followed by the next provider call, which waits behind a
         // gate for its write (`unacked.rs`); nothing else acts before it is settled. With an

@@ -1,0 +1,119 @@
+//! Probes of instances made ahead of their call (`runtime/src/ahead.rs` for a driver,
+//! `runtime/src/tool_ahead.rs` for a tool): such an instance must hold nothing of an earlier
+//! call, and a tool's must get its folder at the call, never before.
+
+use crate::common::*;
+use crate::probes::{Tree, Verdict};
+use capsule_protocol::manifest::Limits;
+use capsule_runtime::{Ahead, DiskMeter, Grants, LoadedArtifact, NoEvents, Scope, ToolAhead, ToolInput, Waits};
+use serde_json::json;
+use std::sync::Arc;
+
+/// The initial image, as `guest-escape`'s `residue` op reports it.
+const CLEAN: &str = "data=5eed bss=0 grown_nonzero=0";
+
+/// A wait begins (as a driver's request going out says), and the tool's instance is made in
+/// it; false when none is made within 10 s.
+async fn made_in_a_wait(waits: &Waits, ahead: &ToolAhead) -> bool {
+    waits.out();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ahead.is_ready() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    true
+}
+
+/// The same probe through `call_ahead` (as a driver's gateway calls): each call after the
+/// first runs in the instance made while the previous call ran (the previous store dropped
+/// first, so the instance reuses its reset slot), and must still find the initial image.
+pub async fn residue_made_ahead() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let grants = Grants { preopen: None, ..t.grants(Limits::default(), DiskMeter::default()) };
+    let clean = CLEAN;
+    let mut ahead = Ahead::default();
+    for (i, pages) in [4, 4, 32, 4, 32, 32, 4].into_iter().enumerate() {
+        let input = json!({"op": "residue", "pages": pages}).to_string();
+        let input = ToolInput { data: Some(input), log_path: None };
+        let out = a.call_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead).await;
+        if out.made_ahead != (i > 0) {
+            return Verdict::escaped(format!(
+                "call {i}: made ahead {}, which this probe did not set up",
+                out.made_ahead
+            ));
+        }
+        match out.result {
+            Ok(r) if r.data.as_deref() == Some(clean) => {}
+            other => return Verdict::escaped(format!("call {i} ({pages} pages grown) found {other:?}; want {clean}")),
+        }
+        if !ahead.settle().await {
+            return Verdict::escaped(format!("no instance was made ahead after call {i}"));
+        }
+    }
+    Verdict::held("7 calls, 6 of them in an instance made ahead, each saw the initial image")
+}
+
+/// The residue probe through `call_tool_ahead`, for a tool with a folder (as the tools actor
+/// calls): every call runs in an instance made in a wait, in the slot the previous call's
+/// store left when it was dropped in that wait, and must find the initial image.
+pub async fn tool_residue_made_ahead() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let grants = t.grants(Limits::default(), DiskMeter::default());
+    let waits = Waits::default();
+    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
+    for (i, pages) in [4, 4, 32, 4, 32, 32, 4].into_iter().enumerate() {
+        if !made_in_a_wait(&waits, &ahead).await {
+            return Verdict::escaped(format!("no instance was made in the wait before call {i}"));
+        }
+        let input = ToolInput { data: Some(json!({"op": "residue", "pages": pages}).to_string()), log_path: None };
+        let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+        if !out.made_ahead {
+            return Verdict::escaped(format!("call {i} did not run in the instance made for it"));
+        }
+        match out.result {
+            Ok(r) if r.data.as_deref() == Some(CLEAN) => {}
+            other => return Verdict::escaped(format!("call {i} ({pages} pages grown) found {other:?}; want {CLEAN}")),
+        }
+    }
+    Verdict::held("7 calls of a tool with a folder, each in an instance made in a wait, each saw the initial image")
+}
+
+/// A tool's instance is made while its folder is still a folder; then the folder is swapped
+/// for a symlink to `/` (as another tool, or any writer of the workdir, could). The call in
+/// that instance must resolve the folder itself and refuse, never list the host's root.
+pub async fn swapped_scope_made_ahead() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let data = t.files().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    let grants = Grants {
+        preopen: Some(Scope { workdir: t.files(), relative: "data".into() }),
+        ..t.grants(Limits::default(), DiskMeter::default())
+    };
+    let waits = Waits::default();
+    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
+    if !made_in_a_wait(&waits, &ahead).await {
+        return Verdict::escaped("no instance was made in the wait, so the swap was not tested");
+    }
+    std::fs::remove_dir(&data).expect("rmdir");
+    std::os::unix::fs::symlink("/", &data).expect("plant");
+    let input = ToolInput { data: Some(json!({"op": "list", "path": "."}).to_string()), log_path: None };
+    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+    match out.result {
+        Err(e @ capsule_runtime::CallError::Scope { .. }) if e.to_string().starts_with("E-RUN-034") => {
+            Verdict::held(format!("the instance was made, then the folder swapped; the call refused: {e}"))
+        }
+        Ok(r) if r.data.as_deref().is_some_and(|d| d.lines().any(|l| l == "proc" || l == "etc")) => {
+            Verdict::escaped(format!("the call listed the host root: {:?}", r.data))
+        }
+        other => Verdict::escaped(format!("expected E-RUN-034, got {other:?}")),
+    }
+}
