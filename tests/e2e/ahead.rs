@@ -41,6 +41,17 @@ fn input(data: &str) -> ToolInput {
     ToolInput { data: Some(data.into()), log_path: None }
 }
 
+/// A capsule of the Anthropic driver (its key `sk-ahead` from the environment) and the file
+/// tool, against `stub`, launched (the capsule holds the session's folders: keep it).
+async fn launch_files_capsule(stub: &capsule_stub::StubHandle) -> (Capsule, capsule_actors::Session) {
+    let cap = Capsule::new(&format!(
+        "name: ahead\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{AHEAD_KEY}}'}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
+        stub.url()
+    ));
+    let session = cap.launch_with_env(&[("AHEAD_KEY", "sk-ahead")]).await.expect("launch");
+    (cap, session)
+}
+
 #[tokio::test]
 async fn a_call_in_an_instance_made_ahead_has_its_own_policy_and_one_made_with_other_env_is_not_taken() {
     let stub = stub(vec![]);
@@ -103,11 +114,7 @@ async fn a_capsules_later_driver_calls_run_in_instances_made_ahead_with_their_ke
     let turns: Vec<Turn> =
         (1..=3).map(|i| Turn { text: Some(format!("turn {i}")), ..Turn::tool_call("files", list.clone()) }).collect();
     let stub = stub(turns.into_iter().chain([Turn::text("all done")]).collect());
-    let cap = Capsule::new(&format!(
-        "name: ahead\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{AHEAD_KEY}}'}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
-        stub.url()
-    ));
-    let session = cap.launch_with_env(&[("AHEAD_KEY", "sk-ahead")]).await.expect("launch");
+    let (_cap, session) = launch_files_capsule(&stub).await;
     let (outcome, frames) = run_task(&session, "go").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
 
@@ -147,11 +154,7 @@ async fn a_capsules_tool_calls_run_in_instances_made_in_the_providers_wait_and_a
         Turn::text("all done"),
     ];
     let stub = stub(turns);
-    let cap = Capsule::new(&format!(
-        "name: ahead\nartifacts:\n  - {{name: anthropic, runtime: driver, source: '{{DIST}}/driver-anthropic.wasm', gateway: {{endpoint: '{}', api_key: '${{AHEAD_KEY}}'}}}}\n  - {{name: files, runtime: tool, source: '{{ARTIFACTS}}/files'}}\ninference: {{model: m, driver: {{artifact: anthropic}}}}\n",
-        stub.url()
-    ));
-    let session = cap.launch_with_env(&[("AHEAD_KEY", "sk-ahead")]).await.expect("launch");
+    let (_cap, session) = launch_files_capsule(&stub).await;
     let (outcome, _frames) = run_task(&session, "go").await;
     assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
 
