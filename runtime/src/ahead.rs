@@ -35,6 +35,7 @@ use tokio::sync::oneshot;
 use wasmtime::Store;
 
 use crate::bindings::ArtifactHost;
+use crate::budget::CallDisk;
 use crate::call::{CallOutcome, ToolInput, new_store};
 use crate::engine::Host;
 use crate::events::{GuestEvents, NoEvents};
@@ -232,7 +233,7 @@ impl Made {
     }
 
     /// This instance for a call with `grants`, if it was made with the same environment,
-    /// limits and role; the call's outgoing policy and `events` go in.
+    /// limits and role; the call's outgoing policy, disk meter and `events` go in.
     pub(crate) fn fit(mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
         let g = &self.grants;
         if g.env != grants.env || g.limits != grants.limits || g.role != grants.role {
@@ -240,6 +241,7 @@ impl Made {
         }
         let state = self.store.data_mut();
         state.hooks.policy = grants.policy.clone();
+        state.disk = CallDisk::new(grants.disk.clone(), grants.limits.disk_bytes);
         state.events = events;
         Some(self)
     }

@@ -3,7 +3,7 @@
 //! call, and a tool's must get its folder at the call, never before.
 
 use crate::common::*;
-use crate::probes::{Tree, Verdict};
+use crate::probes::{MIB, Tree, Verdict, host_limit};
 use capsule_protocol::manifest::Limits;
 use capsule_runtime::{Ahead, DiskMeter, Grants, LoadedArtifact, NoEvents, Scope, ToolAhead, ToolInput, Waits};
 use serde_json::json;
@@ -115,5 +115,39 @@ pub async fn swapped_scope_made_ahead() -> Verdict {
             Verdict::escaped(format!("the call listed the host root: {:?}", r.data))
         }
         other => Verdict::escaped(format!("expected E-RUN-034, got {other:?}")),
+    }
+}
+
+/// The session's disk budget across calls, each in an instance made in a wait: the instance
+/// is made before the call, and the budget it charges must still be the session's one meter.
+pub async fn disk_aggregate_made_ahead() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let meter = DiskMeter::default();
+    let grants = t.grants(Limits { disk_bytes: MIB, ..Limits::default() }, meter.clone());
+    let waits = Waits::default();
+    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
+    let mut results = Vec::new();
+    for path in ["a", "b"] {
+        if !made_in_a_wait(&waits, &ahead).await {
+            return Verdict::escaped(format!("no instance was made in the wait before writing {path}"));
+        }
+        let fill = json!({"op": "fill", "path": path, "bytes": 700 * 1024, "chunk": 64 * 1024});
+        let input = ToolInput { data: Some(fill.to_string()), log_path: None };
+        let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+        if !out.made_ahead {
+            return Verdict::escaped(format!("writing {path} did not run in the instance made for it"));
+        }
+        results.push(out.result);
+    }
+    match (&results[0], &results[1]) {
+        (Ok(r), _) if r.status != capsule_runtime::ToolStatus::Passed => {
+            Verdict::escaped(format!("the first call within the budget failed: {r:?}"))
+        }
+        (Ok(_), Err(e)) if host_limit(e, "disk_bytes") && meter.written() <= MIB => {
+            Verdict::limited(format!("second call: {e}; {} bytes written in all", meter.written()))
+        }
+        other => Verdict::escaped(format!("expected the second call to hit disk_bytes, got {other:?}")),
     }
 }

@@ -73,6 +73,7 @@ pub const PROBES: &[&str] = &[
     "an_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory",
     "a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory",
     "a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused",
+    "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit",
 ];
 
 /// Run the probe called `name`.
@@ -116,6 +117,7 @@ pub async fn run(name: &str) -> Verdict {
         "a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused" => {
             ap::swapped_scope_made_ahead().await
         }
+        "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit" => ap::disk_aggregate_made_ahead().await,
         other => Verdict::escaped(format!("no probe named {other}")),
     }
 }
@@ -252,7 +254,7 @@ async fn dotdot_everywhere() -> Verdict {
     Verdict::held(format!("{tried} path-taking calls with `..` refused"))
 }
 
-fn host_limit(e: &CallError, key: &str) -> bool {
+pub fn host_limit(e: &CallError, key: &str) -> bool {
     matches!(e, CallError::HostLimit { key: k, .. } if *k == key) && e.to_string().starts_with("E-RUN-033")
 }
 
@@ -267,7 +269,7 @@ async fn descriptors() -> Verdict {
     }
 }
 
-const MIB: u64 = 1024 * 1024;
+pub const MIB: u64 = 1024 * 1024;
 
 async fn disk_fill(pwrite: bool) -> Verdict {
     let t = Tree::new();
