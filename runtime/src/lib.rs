@@ -11,6 +11,9 @@
 //!   HTTP policy of §5 (allowlist, gateway rewrite, credential insertion).
 //! - [`call`](LoadedArtifact::call): one sandboxed call, bounded by the deadline and the memory
 //!   limit, each reported as its own [`CallError`].
+//! - [`Ahead`], [`ToolAhead`] and [`Waits`]: a driver's and a tool's next instance, made
+//!   while the session's provider answers, each taken by one call at most with that call's
+//!   own grants put in.
 //!
 //! This crate knows nothing of actors. Live events from a guest leave through the
 //! [`GuestEvents`] trait that the caller implements.
