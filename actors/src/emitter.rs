@@ -40,6 +40,9 @@ pub enum EmitterMsg {
     Stored(SharedFrame),
     /// A clustered session's `Close`, after every frame before it was stored.
     Closed(RpcReplyPort<()>),
+    /// Sent by the emitter to itself with the first frame of a burst: append the frames
+    /// numbered since, in one write, then send them.
+    Flush,
 }
 
 struct Subscriber {
@@ -70,6 +73,9 @@ pub struct EmitterState {
     next_id: Arc<AtomicU64>,
     ring: VecDeque<SharedFrame>,
     subscribers: Vec<Subscriber>,
+    /// Frames numbered and not yet appended to `frames.jsonl` (nor sent): the burst a `Flush`
+    /// the emitter sent itself will write.
+    pending: Vec<SharedFrame>,
 }
 
 /// The actor. Its argument is the next id to assign (starting at 1 for a new session); the
@@ -101,6 +107,23 @@ impl Subscriber {
 }
 
 impl EmitterState {
+    /// Append the pending frames to `frames.jsonl` in one write, then keep and send them.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if let Some(f) = self.frames.as_mut() {
+            let lines = pending.iter().filter(|f| f.id.is_some()).map(|f| f.json_line().into_bytes()).collect();
+            if let Err(e) = f.append_many(lines) {
+                tracing::error!(error = %e, frames = pending.len(), "cannot append to frames.jsonl");
+            }
+        }
+        for f in pending {
+            self.publish(f);
+        }
+    }
+
     /// Keep a numbered frame for replay, and send it to every subscriber.
     fn publish(&mut self, numbered: SharedFrame) {
         if numbered.id.is_some() {
@@ -160,15 +183,19 @@ impl Actor for Emitter {
         if next_id.load(Ordering::SeqCst) == 0 {
             next_id.store(1, Ordering::SeqCst);
         }
-        Ok(EmitterState { frames, stored, next_id, ring, subscribers: Vec::new() })
+        Ok(EmitterState { frames, stored, next_id, ring, subscribers: Vec::new(), pending: Vec::new() })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<EmitterMsg>,
+        myself: ActorRef<EmitterMsg>,
         msg: EmitterMsg,
         state: &mut EmitterState,
     ) -> Result<(), ActorProcessingErr> {
+        // Whatever else is asked sees every frame numbered before it written and sent.
+        if !matches!(msg, EmitterMsg::Emit(_) | EmitterMsg::Flush) {
+            state.flush();
+        }
         match msg {
             EmitterMsg::Emit(frame) => {
                 let id = frame.is_id_bearing().then(|| state.next_id.fetch_add(1, Ordering::SeqCst));
@@ -181,14 +208,20 @@ impl Actor for Emitter {
                     }
                     return Ok(());
                 }
-                if id.is_some()
-                    && let Some(f) = state.frames.as_mut()
-                    && let Err(e) = f.append(numbered.json_line().into_bytes())
-                {
-                    tracing::error!(error = %e, "cannot append to frames.jsonl");
+                // A burst's frames (a driver's deltas, the coalescer's flush, a step's frames)
+                // are in the mailbox together: they are appended in one write at the `Flush`
+                // queued behind them, and sent after it. A frame after a pending one waits too,
+                // so the order holds.
+                if (id.is_some() && state.frames.is_some()) || !state.pending.is_empty() {
+                    if state.pending.is_empty() && myself.cast(EmitterMsg::Flush).is_err() {
+                        tracing::error!("the emitter cannot send itself a flush");
+                    }
+                    state.pending.push(numbered);
+                } else {
+                    state.publish(numbered);
                 }
-                state.publish(numbered);
             }
+            EmitterMsg::Flush => state.flush(),
             EmitterMsg::Stored(numbered) => state.publish(numbered),
             EmitterMsg::Subscribe { after, reply } => {
                 let replay: Vec<SharedFrame> = match after {
@@ -228,6 +261,16 @@ impl Actor for Emitter {
                 let _ = reply.send(state.next_id.load(Ordering::SeqCst) - 1);
             }
         }
+        Ok(())
+    }
+
+    /// A burst still pending when the emitter stops is written (its `Flush` never comes).
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<EmitterMsg>,
+        state: &mut EmitterState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.flush();
         Ok(())
     }
 }
@@ -292,6 +335,41 @@ mod tests {
         assert_eq!(lagged.frame, Frame::Lagged { missed: 1000 - SUBSCRIBER_QUEUE as u64 });
         assert_eq!(lagged.id, None);
         assert_eq!(slow.recv().await.expect("next").id, Some(1001));
+    }
+
+    fn text(i: u32) -> EmitterMsg {
+        EmitterMsg::Emit(Frame::Text { id: "t".into(), text: format!("{i}"), is_final: false })
+    }
+
+    #[tokio::test]
+    async fn a_burst_is_in_frames_jsonl_before_it_is_sent_and_a_subscriber_mid_burst_gets_each_frame_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("frames.jsonl");
+        let args = EmitterArgs { next_id: Arc::new(AtomicU64::new(1)), frames_path: Some(path.clone()), cluster: None };
+        let e = Actor::spawn(None, Emitter, args).await.expect("emitter").0;
+        let mut early =
+            e.call(|reply| EmitterMsg::Subscribe { after: None, reply }, None).await.expect("call").expect("rx");
+        // One burst: five frames, then a subscription after id 3, all in the mailbox before the
+        // emitter runs (this test's runtime has one thread), so before the burst's own flush.
+        for i in 1..=5 {
+            e.cast(text(i)).expect("cast");
+        }
+        let mut late =
+            e.call(|reply| EmitterMsg::Subscribe { after: Some(3), reply }, None).await.expect("call").expect("rx");
+        for want in 1..=5u64 {
+            let got = early.recv().await.expect("frame");
+            assert_eq!(got.id, Some(want));
+            let written: Vec<u64> = read_frames(&path).iter().filter_map(|f| f.id).collect();
+            assert!(written.contains(&want), "frame {want} was sent before it was in frames.jsonl: {written:?}");
+        }
+        e.cast(text(6)).expect("cast");
+        let mut seen = Vec::new();
+        while seen.last() != Some(&Some(6)) {
+            seen.push(late.recv().await.expect("frame").id);
+        }
+        assert_eq!(seen, [Some(4), Some(5), Some(6)], "replayed after 3, then live, each once");
+        let written: Vec<u64> = read_frames(&path).iter().filter_map(|f| f.id).collect();
+        assert_eq!(written, [1, 2, 3, 4, 5, 6]);
     }
 
     #[tokio::test]

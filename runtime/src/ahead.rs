@@ -34,12 +34,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 use wasmtime::Store;
 
+use crate::beneath::{Beneath, FolderId};
 use crate::bindings::ArtifactHost;
 use crate::budget::CallDisk;
-use crate::call::{CallOutcome, ToolInput, new_store};
+use crate::call::{CallOutcome, ToolInput, new_store_in};
 use crate::engine::Host;
 use crate::events::{GuestEvents, NoEvents};
-use crate::grants::Grants;
+use crate::grants::{GrantError, Grants};
 use crate::load::{LoadedArtifact, Pre};
 use crate::state::StoreState;
 use crate::waits::Waits;
@@ -78,6 +79,10 @@ pub(crate) struct Made {
     pub(crate) store: Store<StoreState>,
     pub(crate) instance: ArtifactHost,
     grants: Grants,
+    /// The folder its WASI context holds (a tool's, found in the wait), and whether its file
+    /// operations run inline.
+    folder: Option<FolderId>,
+    inline_files: bool,
     _counted: Counted,
 }
 
@@ -181,7 +186,7 @@ impl Ahead {
                 None => Counted::take(),
             };
             let Some(counted) = counted else { return };
-            if let Some(m) = Made::make(&artifact, &host, grants, counted).await {
+            if let Some(m) = Made::make(&artifact, &host, grants, counted, None).await {
                 let _ = made.send(m);
             }
         });
@@ -223,13 +228,45 @@ impl LoadedArtifact {
 }
 
 impl Made {
-    /// A store and instance made now with `grants`, counted by `counted`; `None` on any failure
-    /// (the call then makes its own and reports the failure as usual).
-    pub(crate) async fn make(artifact: &LoadedArtifact, host: &Host, grants: Grants, counted: Counted) -> Option<Made> {
+    /// A store and instance made now with `grants`, counted by `counted`, holding `folder` (a
+    /// tool's, already resolved; its file operations then run inline, as on the call's own
+    /// thread) or none; nothing is resolved here. `None` on any failure (the call then makes
+    /// its own and reports the failure as usual).
+    pub(crate) async fn make(
+        artifact: &LoadedArtifact,
+        host: &Host,
+        grants: Grants,
+        counted: Counted,
+        folder: Option<Beneath>,
+    ) -> Option<Made> {
         let Pre::Run(pre) = &artifact.pre else { return None };
-        let mut store = new_store(host, &grants, Arc::new(NoEvents), &artifact.name, false).ok()?;
+        let inline_files = folder.is_some();
+        let id = match &folder {
+            Some(dir) => Some(dir.identity().ok()?),
+            None => None,
+        };
+        let events = Arc::new(NoEvents);
+        let mut store = new_store_in(host, &grants, events, &artifact.name, inline_files, folder.as_ref()).ok()?;
+        drop(folder);
         let instance = pre.instantiate_async(&mut store).await.ok()?;
-        Some(Made { store, instance, grants, _counted: counted })
+        Some(Made { store, instance, grants, folder: id, inline_files, _counted: counted })
+    }
+
+    /// Put the call's folder in: `grants`' scope resolved now, on the call's thread. The WASI
+    /// context made ahead stays when it holds that very folder (the same device and inode,
+    /// with its descriptor open all along) and runs file operations as the call does;
+    /// otherwise (the folder was replaced, or not found in the wait) a context is built here
+    /// with the folder just resolved, as for a store made at the call.
+    pub(crate) fn folder_now(&mut self, grants: &Grants, inline_files: bool) -> Result<(), GrantError> {
+        let Some(scope) = grants.preopen.as_ref().filter(|_| grants.has_folder()) else { return Ok(()) };
+        let dir = scope.resolve().map_err(GrantError::Scope)?;
+        if self.inline_files == inline_files && self.folder.is_some() && dir.identity().ok() == self.folder {
+            return Ok(());
+        }
+        let stderr = self.store.data().stderr.clone();
+        self.store.data_mut().wasi = grants.wasi_ctx_in(stderr, inline_files, Some(&dir))?;
+        (self.folder, self.inline_files) = (None, inline_files);
+        Ok(())
     }
 
     /// This instance for a call with `grants`, if it was made with the same environment,

@@ -229,6 +229,21 @@ impl Beneath {
     pub fn fd_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_fd().as_raw_fd()))
     }
+
+    /// Which folder this handle is: its device and inode. Two handles with the same identity,
+    /// one of them still open, are the same folder (an inode is not reused while a descriptor
+    /// holds it, and a folder has no second name).
+    pub fn identity(&self) -> Result<FolderId, BeneathError> {
+        let st = rustix::fs::fstat(&self.fd).map_err(io(&self.path))?;
+        Ok(FolderId { dev: st.st_dev, ino: st.st_ino })
+    }
+}
+
+/// A folder's identity ([`Beneath::identity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FolderId {
+    dev: u64,
+    ino: u64,
 }
 
 fn link_or_io(e: rustix::io::Errno, root: &Path, rel: &str) -> BeneathError {

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{Store, Trap};
-use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::ahead::{ForCall, Made};
+use crate::beneath::Beneath;
 use crate::bindings::exports::murmur::tool::run as wit;
 use crate::bodies::ResponseLimit;
 use crate::budget::CallDisk;
@@ -140,7 +140,8 @@ impl CallOutcome {
 
 /// A fresh store with `grants`: its WASI context, HTTP policy, limiter and event sink, armed
 /// with the instantiation deadline. `inline_files`: the store's WASI file operations block
-/// the thread that runs it (only on a thread of its own, see [`LoadedArtifact::call`]).
+/// the thread that runs it (only on a thread of its own, see [`LoadedArtifact::call`]). A
+/// tool's folder is resolved now.
 pub(crate) fn new_store(
     host: &Host,
     grants: &Grants,
@@ -148,8 +149,26 @@ pub(crate) fn new_store(
     artifact: &str,
     inline_files: bool,
 ) -> Result<Store<StoreState>, CallError> {
+    let folder = match &grants.preopen {
+        Some(scope) if grants.has_folder() => {
+            Some(scope.resolve().map_err(|e| grant_error(GrantError::Scope(e), artifact))?)
+        }
+        _ => None,
+    };
+    new_store_in(host, grants, events, artifact, inline_files, folder.as_ref())
+}
+
+/// [`new_store`] with the folder already resolved: `folder` is preopened (none: no folder).
+pub(crate) fn new_store_in(
+    host: &Host,
+    grants: &Grants,
+    events: Arc<dyn GuestEvents>,
+    artifact: &str,
+    inline_files: bool,
+    folder: Option<&Beneath>,
+) -> Result<Store<StoreState>, CallError> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-    let wasi = wasi_ctx(grants, stderr.clone(), inline_files, artifact)?;
+    let wasi = grants.wasi_ctx_in(stderr.clone(), inline_files, folder).map_err(|e| grant_error(e, artifact))?;
     let l = grants.limits;
     let mut http = WasiHttpCtx::new();
     http.set_field_size_limit(FIELD_SIZE_LIMIT);
@@ -183,20 +202,13 @@ pub(crate) fn new_store(
     Ok(store)
 }
 
-/// The WASI context of a call with `grants` (its folder resolved now), errors as the call's.
-fn wasi_ctx(
-    grants: &Grants,
-    stderr: MemoryOutputPipe,
-    inline_files: bool,
-    artifact: &str,
-) -> Result<WasiCtx, CallError> {
-    grants.wasi_ctx(stderr, inline_files).map_err(|e| {
-        let artifact = artifact.to_string();
-        match e {
-            GrantError::Scope(source) => CallError::Scope { artifact, source },
-            GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
-        }
-    })
+/// A WASI context that could not be built, as the call's error.
+pub(crate) fn grant_error(e: GrantError, artifact: &str) -> CallError {
+    let artifact = artifact.to_string();
+    match e {
+        GrantError::Scope(source) => CallError::Scope { artifact, source },
+        GrantError::Wasi(e) => CallError::Instantiate { artifact, source: boxed(e) },
+    }
 }
 
 /// Arm `store` with `deadline` of the guest's own time from now: the epoch callback traps past
@@ -342,12 +354,11 @@ impl LoadedArtifact {
         let t0 = Instant::now();
         let made_ahead = made.is_some();
         let (mut store, instance) = match made {
-            // A tool's folder is resolved now, on the call's thread, as for a store made here.
+            // A tool's folder is resolved now, on the call's thread, as for a store made here;
+            // the context made ahead stays only if it holds that very folder.
             Some(mut made) if grants.has_folder() => {
-                let stderr = made.store.data().stderr.clone();
-                match wasi_ctx(grants, stderr, inline_files, &self.name) {
-                    Ok(wasi) => made.store.data_mut().wasi = wasi,
-                    Err(e) => return (CallOutcome::refused(e), Some(made.store)),
+                if let Err(e) = made.folder_now(grants, inline_files) {
+                    return (CallOutcome::refused(grant_error(e, &self.name)), Some(made.store));
                 }
                 (made.store, made.instance)
             }

@@ -60,6 +60,12 @@ impl Scope {
     pub fn resolve(&self) -> Result<Beneath, BeneathError> {
         Beneath::open(&self.workdir)?.into_dir(&self.relative, true)
     }
+
+    /// Resolve the scope now as [`Scope::resolve`] does, creating nothing: a missing folder is
+    /// an error.
+    pub fn find(&self) -> Result<Beneath, BeneathError> {
+        Beneath::open(&self.workdir)?.into_dir(&self.relative, false)
+    }
 }
 
 /// Why a store's WASI context could not be built.
@@ -82,7 +88,13 @@ impl Grants {
     /// Build the WASI context. Network, DNS and the host's own env, args and stdio are never
     /// inherited; stderr goes to `stderr` so a trap can be explained. `inline_files`: file
     /// operations run on the calling thread instead of each on a blocking-pool thread.
-    pub(crate) fn wasi_ctx(&self, stderr: MemoryOutputPipe, inline_files: bool) -> Result<WasiCtx, GrantError> {
+    /// `folder`, a tool's folder already resolved, is preopened as `.` (none: no folder).
+    pub(crate) fn wasi_ctx_in(
+        &self,
+        stderr: MemoryOutputPipe,
+        inline_files: bool,
+        folder: Option<&Beneath>,
+    ) -> Result<WasiCtx, GrantError> {
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr);
         b.allow_blocking_current_thread(inline_files);
@@ -90,11 +102,8 @@ impl Grants {
         for (k, v) in &self.env {
             b.env(k, v);
         }
-        if self.has_folder()
-            && let Some(scope) = &self.preopen
-        {
-            let dir = scope.resolve().map_err(GrantError::Scope)?;
-            // The kernel opens exactly the folder just resolved; `dir` may close after this.
+        if let Some(dir) = folder {
+            // The kernel opens exactly the folder resolved; `dir` may close after this.
             b.preopened_dir(dir.fd_path(), ".", FsPerms::ReadWrite).map_err(GrantError::Wasi)?;
         }
         Ok(b.build())

@@ -9,9 +9,14 @@
 //!
 //! Guarantees, besides those of [`crate::ahead`] (no guest code has run in an instance made
 //! ahead, it serves one call at most, and it counts against [`MAX_HELD`](crate::MAX_HELD)):
-//! - the instance is made without the tool's folder, and the folder is resolved at the call,
-//!   on the call's thread, then put in before any guest code runs: a folder swapped for a
-//!   symlink between the making and the call refuses the call as it always did;
+//! - the tool's folder is found in the wait (without creating it) and its WASI context made
+//!   with it; the call resolves the scope again, on the call's thread, before any guest code
+//!   runs, and keeps that context only when the folder it holds is the one the scope's path
+//!   resolves to now (the same device and inode; its descriptor was open all along, so the
+//!   inode cannot have been reused). Otherwise the context is built at the call with the
+//!   folder just resolved: a folder swapped for a symlink between the making and the call
+//!   refuses the call, and one replaced by another folder gives the call the new one, as
+//!   for a store made at the call;
 //! - a call waits for a make only once a wait has begun (the make is then under way or done:
 //!   the work the call would otherwise do itself); with no wait since the tool's last call (a
 //!   turn's second call of a tool) the make is abandoned and the call makes its own;
@@ -101,9 +106,7 @@ impl ToolAhead {
         let slot = Slot::default();
         let (tried_tx, tried) = oneshot::channel();
         self.next = Some(Next { news: news.clone(), slot: slot.clone(), tried });
-        let (artifact, host, mut grants) = (artifact.clone(), host.clone(), grants.clone());
-        // Nothing of a call's own is held while waiting: no folder, no sink.
-        grants.preopen = None;
+        let (artifact, host, grants) = (artifact.clone(), host.clone(), grants.clone());
         runtime.spawn(async move {
             let waiting = news.changed().await.is_ok() && news.borrow_and_update().out;
             // The used store's count goes to the instance made in its place.
@@ -116,7 +119,10 @@ impl ToolAhead {
                 return;
             }
             let Some(counted) = counted.or_else(Counted::take) else { return };
-            let Some(made) = Made::make(&artifact, &host, grants, counted).await else { return };
+            // The folder as it is now, found without creating anything (a folder still missing
+            // is made by the call); the call checks it is still the folder at the scope's path.
+            let folder = grants.preopen.as_ref().filter(|_| grants.has_folder()).and_then(|s| s.find().ok());
+            let Some(made) = Made::make(&artifact, &host, grants, counted, folder).await else { return };
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
             drop(tried_tx);
             // Held until the next news; what no call took by then is dropped.

@@ -118,6 +118,63 @@ pub async fn swapped_scope_made_ahead() -> Verdict {
     }
 }
 
+/// A tool's instance is made (its folder found) while `data` is one folder; then that folder
+/// is moved aside and a new, empty `data` made in its place. The call must get the folder the
+/// scope's path names now, never the one the instance was made with: it lists nothing of the
+/// old folder, and what it writes lands in the new one.
+pub async fn replaced_scope_made_ahead() -> Verdict {
+    let host = host();
+    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+    let t = Tree::new();
+    let data = t.files().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("old-only"), "was here").expect("write");
+    let grants = Grants {
+        preopen: Some(Scope { workdir: t.files(), relative: "data".into() }),
+        ..t.grants(Limits::default(), DiskMeter::default())
+    };
+    let waits = Waits::default();
+    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
+    if !made_in_a_wait(&waits, &ahead).await {
+        return Verdict::escaped("no instance was made in the wait, so the replacement was not tested");
+    }
+    std::fs::rename(&data, t.root().join("moved-out")).expect("move aside");
+    std::fs::create_dir(&data).expect("new folder");
+    let input = ToolInput { data: Some(json!({"op": "list", "path": "."}).to_string()), log_path: None };
+    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+    if !out.made_ahead {
+        return Verdict::escaped("the call did not run in the instance made for it, so the replacement was not tested");
+    }
+    match out.result {
+        Ok(r) if r.data.as_deref().is_some_and(|d| d.contains("old-only")) => {
+            return Verdict::escaped(format!("the call listed the folder moved out of its scope: {:?}", r.data));
+        }
+        Ok(_) => {}
+        other => return Verdict::escaped(format!("the listing failed: {other:?}")),
+    }
+    // The next call, also in an instance made in a wait: its write lands in the folder now at
+    // the path.
+    if !made_in_a_wait(&waits, &ahead).await {
+        return Verdict::escaped("no instance was made in the second wait");
+    }
+    std::fs::rename(&data, t.root().join("moved-again")).expect("move aside");
+    std::fs::create_dir(&data).expect("newer folder");
+    let input =
+        ToolInput { data: Some(json!({"op": "write", "path": "marker", "text": "new"}).to_string()), log_path: None };
+    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+    let landed = std::fs::read_to_string(data.join("marker")).ok();
+    let stale = t.root().join("moved-again/marker").exists() || t.root().join("moved-out/marker").exists();
+    match (out.made_ahead, landed.as_deref(), stale) {
+        (true, Some("new"), false) => Verdict::held(
+            "folder replaced after the instance was made (twice): the calls listed and wrote the folder at the path now",
+        ),
+        _ => Verdict::escaped(format!(
+            "made ahead {}, marker in the new folder {landed:?}, in a moved-out folder {stale}: {:?}",
+            out.made_ahead, out.result
+        )),
+    }
+}
+
 /// The session's disk budget across calls, each in an instance made in a wait: the instance
 /// is made before the call, and the budget it charges must still be the session's one meter.
 pub async fn disk_aggregate_made_ahead() -> Verdict {
