@@ -28,8 +28,8 @@
 use capsule_protocol::manifest::Limits;
 use capsule_protocol::neutral::{Block, DriverRequest, Message, Role};
 use capsule_runtime::{
-    ArtifactRole, Grants, Host, HostOptions, LoadedArtifact, NoEvents, OutgoingPolicy, Scope, ToolInput, ToolStatus,
-    gateway_address,
+    ArtifactRole, Grants, Host, HostOptions, LoadedArtifact, NoEvents, OutgoingPolicy, Scope, ToolAhead, ToolInput,
+    ToolStatus, Waits, gateway_address,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -152,6 +152,7 @@ async fn file_tool(host: &Host) {
     println!(
         "| instantiate | call | wall | idle slots resident KiB |\n|---|---|---|---|\n| {i:.0} | {c:.0} | {w:.0} | {kept} |\n"
     );
+    made_in_a_wait(host, &tool, &grants, dir.path()).await;
     // What the call's thread costs by itself: a blocking-pool task that does nothing, awaited
     // from the worker as the call is.
     let mut hops = Vec::new();
@@ -164,6 +165,62 @@ async fn file_tool(host: &Host) {
     }
     println!("The hop alone (an empty blocking-pool task, awaited): {:.0} µs\n", median(hops));
     println!("Two plain threads waking each other (a condvar round trip): {:.0} µs\n", thread_round_trip());
+}
+
+/// The file tool's call in an instance made in a provider's wait, as the tools actor calls it
+/// (`call_tool_ahead`), its scope a folder `data` below `root`: the call keeps the WASI context
+/// made with the folder found in the wait, or, when the folder was not there in the wait (moved
+/// aside during it, back before the call), builds it at the call, as every call did before the
+/// context was made in the wait. The two take turns.
+async fn made_in_a_wait(host: &Host, tool: &LoadedArtifact, grants: &Grants, root: &std::path::Path) {
+    let data = root.join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    for f in ["Cargo.toml", "README.md", "notes.txt"] {
+        std::fs::write(data.join(f), "x").expect("write");
+    }
+    let grants =
+        Grants { preopen: Some(Scope { workdir: root.to_path_buf(), relative: "data".into() }), ..grants.clone() };
+    let waits = Waits::default();
+    let mut ahead = ToolAhead::first(tool, host, &grants, &waits);
+    let mut rows = [(Vec::new(), Vec::new(), Vec::new()), (Vec::new(), Vec::new(), Vec::new())];
+    for i in 0..WARMUP + CALLS {
+        for (found, (inst, call, wall)) in [true, false].into_iter().zip(&mut rows) {
+            if !found {
+                std::fs::rename(&data, root.join("away")).expect("move aside");
+            }
+            waits.out();
+            while !ahead.is_ready() {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            if !found {
+                std::fs::rename(root.join("away"), &data).expect("move back");
+            }
+            let input = ToolInput { data: Some(r#"{"op":"list","path":"."}"#.into()), log_path: None };
+            let t0 = Instant::now();
+            let out = tool.call_tool_ahead(host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+            let w = t0.elapsed();
+            assert!(out.made_ahead, "the call ran in the instance made in the wait");
+            let r = out.result.as_ref().expect("the tool returns");
+            assert!(r.data.as_deref().unwrap_or("").contains("Cargo.toml"), "{r:?}");
+            if i >= WARMUP {
+                inst.push(out.instantiate_time.as_secs_f64() * 1e6);
+                call.push(out.call_time.as_secs_f64() * 1e6);
+                wall.push(w.as_secs_f64() * 1e6);
+            }
+        }
+    }
+    println!(
+        "### The same, in an instance made in a provider's wait (`call_tool_ahead`, {CALLS} calls each, taking turns, medians, µs)\n"
+    );
+    println!("| the folder's WASI context | instantiate (taken) | call | wall |\n|---|---|---|---|");
+    for (label, (inst, call, wall)) in
+        ["made in the wait, kept at the call", "built at the call (the folder not found in the wait)"]
+            .into_iter()
+            .zip(rows)
+    {
+        println!("| {label} | {:.0} | {:.0} | {:.0} |", median(inst), median(call), median(wall));
+    }
+    println!();
 }
 
 /// The median round trip of two threads that wake each other through a condvar, µs: what the
