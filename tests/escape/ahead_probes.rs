@@ -1,11 +1,11 @@
 //! Probes of instances made ahead of their call (`runtime/src/ahead.rs` for a driver,
 //! `runtime/src/tool_ahead.rs` for a tool): such an instance must hold nothing of an earlier
-//! call, and a tool's must get its folder at the call, never before.
+//! call, and a tool's must get the folder its scope names at the moment of the call.
 
 use crate::common::*;
 use crate::probes::{MIB, Tree, Verdict, host_limit};
 use capsule_protocol::manifest::Limits;
-use capsule_runtime::{Ahead, DiskMeter, Grants, LoadedArtifact, NoEvents, Scope, ToolAhead, ToolInput, Waits};
+use capsule_runtime::{Ahead, DiskMeter, Grants, Host, LoadedArtifact, NoEvents, Scope, ToolAhead, ToolInput, Waits};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -85,28 +85,56 @@ pub async fn tool_residue_made_ahead() -> Verdict {
     Verdict::held("7 calls of a tool with a folder, each in an instance made in a wait, each saw the initial image")
 }
 
+/// `guest-escape` as a tool scoped to the folder `data` of a new tree (made, holding `files`),
+/// with its first instance made in a wait.
+struct ScopedToData {
+    host: Host,
+    tool: LoadedArtifact,
+    tree: Tree,
+    data: std::path::PathBuf,
+    grants: Grants,
+    waits: Waits,
+    ahead: ToolAhead,
+}
+
+impl ScopedToData {
+    /// `None` when no instance was made in the wait (then nothing after it is tested).
+    async fn made(files: &[(&str, &str)]) -> Option<ScopedToData> {
+        let host = host();
+        let tool = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
+        let tree = Tree::new();
+        let data = tree.files().join("data");
+        std::fs::create_dir(&data).expect("mkdir");
+        for (name, text) in files {
+            std::fs::write(data.join(name), text).expect("write");
+        }
+        let grants = Grants {
+            preopen: Some(Scope { workdir: tree.files(), relative: "data".into() }),
+            ..tree.grants(Limits::default(), DiskMeter::default())
+        };
+        let waits = Waits::default();
+        let ahead = ToolAhead::first(&tool, &host, &grants, &waits);
+        made_in_a_wait(&waits, &ahead).await.then_some(ScopedToData { host, tool, tree, data, grants, waits, ahead })
+    }
+
+    /// The tool's call with `input`, as the tools actor makes it.
+    async fn call(&mut self, input: serde_json::Value) -> capsule_runtime::CallOutcome {
+        let input = ToolInput { data: Some(input.to_string()), log_path: None };
+        let (host, grants, waits) = (&self.host, &self.grants, &self.waits);
+        self.tool.call_tool_ahead(host, grants, Arc::new(NoEvents), input, &mut self.ahead, waits).await
+    }
+}
+
 /// A tool's instance is made while its folder is still a folder; then the folder is swapped
 /// for a symlink to `/` (as another tool, or any writer of the workdir, could). The call in
 /// that instance must resolve the folder itself and refuse, never list the host's root.
 pub async fn swapped_scope_made_ahead() -> Verdict {
-    let host = host();
-    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
-    let t = Tree::new();
-    let data = t.files().join("data");
-    std::fs::create_dir(&data).expect("mkdir");
-    let grants = Grants {
-        preopen: Some(Scope { workdir: t.files(), relative: "data".into() }),
-        ..t.grants(Limits::default(), DiskMeter::default())
-    };
-    let waits = Waits::default();
-    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
-    if !made_in_a_wait(&waits, &ahead).await {
+    let Some(mut t) = ScopedToData::made(&[]).await else {
         return Verdict::escaped("no instance was made in the wait, so the swap was not tested");
-    }
-    std::fs::remove_dir(&data).expect("rmdir");
-    std::os::unix::fs::symlink("/", &data).expect("plant");
-    let input = ToolInput { data: Some(json!({"op": "list", "path": "."}).to_string()), log_path: None };
-    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+    };
+    std::fs::remove_dir(&t.data).expect("rmdir");
+    std::os::unix::fs::symlink("/", &t.data).expect("plant");
+    let out = t.call(json!({"op": "list", "path": "."})).await;
     match out.result {
         Err(e @ capsule_runtime::CallError::Scope { .. }) if e.to_string().starts_with("E-RUN-034") => {
             Verdict::held(format!("the instance was made, then the folder swapped; the call refused: {e}"))
@@ -123,25 +151,12 @@ pub async fn swapped_scope_made_ahead() -> Verdict {
 /// scope's path names now, never the one the instance was made with: it lists nothing of the
 /// old folder, and what it writes lands in the new one.
 pub async fn replaced_scope_made_ahead() -> Verdict {
-    let host = host();
-    let a = LoadedArtifact::load_file(&host, "escape", &dist("guest-escape")).expect("loads");
-    let t = Tree::new();
-    let data = t.files().join("data");
-    std::fs::create_dir(&data).expect("mkdir");
-    std::fs::write(data.join("old-only"), "was here").expect("write");
-    let grants = Grants {
-        preopen: Some(Scope { workdir: t.files(), relative: "data".into() }),
-        ..t.grants(Limits::default(), DiskMeter::default())
-    };
-    let waits = Waits::default();
-    let mut ahead = ToolAhead::first(&a, &host, &grants, &waits);
-    if !made_in_a_wait(&waits, &ahead).await {
+    let Some(mut t) = ScopedToData::made(&[("old-only", "was here")]).await else {
         return Verdict::escaped("no instance was made in the wait, so the replacement was not tested");
-    }
-    std::fs::rename(&data, t.root().join("moved-out")).expect("move aside");
-    std::fs::create_dir(&data).expect("new folder");
-    let input = ToolInput { data: Some(json!({"op": "list", "path": "."}).to_string()), log_path: None };
-    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
+    };
+    std::fs::rename(&t.data, t.tree.root().join("moved-out")).expect("move aside");
+    std::fs::create_dir(&t.data).expect("new folder");
+    let out = t.call(json!({"op": "list", "path": "."})).await;
     if !out.made_ahead {
         return Verdict::escaped("the call did not run in the instance made for it, so the replacement was not tested");
     }
@@ -154,16 +169,15 @@ pub async fn replaced_scope_made_ahead() -> Verdict {
     }
     // The next call, also in an instance made in a wait: its write lands in the folder now at
     // the path.
-    if !made_in_a_wait(&waits, &ahead).await {
+    if !made_in_a_wait(&t.waits, &t.ahead).await {
         return Verdict::escaped("no instance was made in the second wait");
     }
-    std::fs::rename(&data, t.root().join("moved-again")).expect("move aside");
-    std::fs::create_dir(&data).expect("newer folder");
-    let input =
-        ToolInput { data: Some(json!({"op": "write", "path": "marker", "text": "new"}).to_string()), log_path: None };
-    let out = a.call_tool_ahead(&host, &grants, Arc::new(NoEvents), input, &mut ahead, &waits).await;
-    let landed = std::fs::read_to_string(data.join("marker")).ok();
-    let stale = t.root().join("moved-again/marker").exists() || t.root().join("moved-out/marker").exists();
+    std::fs::rename(&t.data, t.tree.root().join("moved-again")).expect("move aside");
+    std::fs::create_dir(&t.data).expect("newer folder");
+    let out = t.call(json!({"op": "write", "path": "marker", "text": "new"})).await;
+    let landed = std::fs::read_to_string(t.data.join("marker")).ok();
+    let root = t.tree.root();
+    let stale = root.join("moved-again/marker").exists() || root.join("moved-out/marker").exists();
     match (out.made_ahead, landed.as_deref(), stale) {
         (true, Some("new"), false) => Verdict::held(
             "folder replaced after the instance was made (twice): the calls listed and wrote the folder at the path now",
