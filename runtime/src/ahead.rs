@@ -270,10 +270,16 @@ impl Made {
     }
 
     /// This instance for a call with `grants`, if it was made with the same environment,
-    /// limits and role; the call's outgoing policy, disk meter and `events` go in.
+    /// limits and role, and holds no folder unless the call has one; the call's outgoing
+    /// policy, disk meter and `events` go in.
     pub(crate) fn fit(mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
         let g = &self.grants;
         if g.env != grants.env || g.limits != grants.limits || g.role != grants.role {
+            return None;
+        }
+        // A context holding a folder never serves a call that has none (a call with one checks
+        // the folder in `folder_now`).
+        if self.folder.is_some() && !grants.has_folder() {
             return None;
         }
         let state = self.store.data_mut();

@@ -16,7 +16,8 @@
 //!   inode cannot have been reused). Otherwise the context is built at the call with the
 //!   folder just resolved: a folder swapped for a symlink between the making and the call
 //!   refuses the call, and one replaced by another folder gives the call the new one, as
-//!   for a store made at the call;
+//!   for a store made at the call; an instance made with a folder never serves a call
+//!   without one;
 //! - a call waits for a make only once a wait has begun (the make is then under way or done:
 //!   the work the call would otherwise do itself); with no wait since the tool's last call (a
 //!   turn's second call of a tool) the make is abandoned and the call makes its own;

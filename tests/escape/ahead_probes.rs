@@ -189,6 +189,24 @@ pub async fn replaced_scope_made_ahead() -> Verdict {
     }
 }
 
+/// A tool's instance is made in a wait with its folder; then a call with the same tool's
+/// grants less the folder comes. It must not run in that instance: its guest finds no folder.
+pub async fn folder_made_ahead_serves_no_call_without_one() -> Verdict {
+    let Some(mut t) = ScopedToData::made(&[("inside", "scoped")]).await else {
+        return Verdict::escaped("no instance was made in the wait, so nothing was tested");
+    };
+    t.grants.preopen = None;
+    let out = t.call(json!({"op": "list", "path": "."})).await;
+    match (out.made_ahead, out.result) {
+        (false, Ok(r)) if !r.data.as_deref().unwrap_or("").contains("inside") => {
+            Verdict::held(format!("the call without a folder made its own instance and found none: {:?}", r.summary))
+        }
+        (made_ahead, other) => {
+            Verdict::escaped(format!("made ahead {made_ahead}; a call without a folder got {other:?}"))
+        }
+    }
+}
+
 /// The session's disk budget across calls, each in an instance made in a wait: the instance
 /// is made before the call, and the budget it charges must still be the session's one meter.
 pub async fn disk_aggregate_made_ahead() -> Verdict {

@@ -65,6 +65,7 @@ probe_tests! {
     a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory,
     a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused,
     a_scope_replaced_by_another_folder_after_a_tool_instance_was_made_gives_the_new_folder,
+    a_tool_instance_made_with_a_folder_serves_no_call_without_one,
     disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit,
 }
 

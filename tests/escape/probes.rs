@@ -74,6 +74,7 @@ pub const PROBES: &[&str] = &[
     "a_tool_instance_made_ahead_sees_nothing_an_earlier_call_left_in_memory",
     "a_scope_swapped_for_a_symlink_after_a_tool_instance_was_made_is_refused",
     "a_scope_replaced_by_another_folder_after_a_tool_instance_was_made_gives_the_new_folder",
+    "a_tool_instance_made_with_a_folder_serves_no_call_without_one",
     "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit",
 ];
 
@@ -120,6 +121,9 @@ pub async fn run(name: &str) -> Verdict {
         }
         "a_scope_replaced_by_another_folder_after_a_tool_instance_was_made_gives_the_new_folder" => {
             ap::replaced_scope_made_ahead().await
+        }
+        "a_tool_instance_made_with_a_folder_serves_no_call_without_one" => {
+            ap::folder_made_ahead_serves_no_call_without_one().await
         }
         "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit" => ap::disk_aggregate_made_ahead().await,
         other => Verdict::escaped(format!("no probe named {other}")),
