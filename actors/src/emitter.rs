@@ -192,7 +192,7 @@ impl Actor for Emitter {
         msg: EmitterMsg,
         state: &mut EmitterState,
     ) -> Result<(), ActorProcessingErr> {
-        // Whatever else is asked sees every frame numbered before it written and sent.
+        // Whatever else is asked sees every frame numbered before it already written and sent.
         if !matches!(msg, EmitterMsg::Emit(_) | EmitterMsg::Flush) {
             state.flush();
         }

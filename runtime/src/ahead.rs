@@ -258,7 +258,7 @@ impl Made {
     /// otherwise (the folder was replaced, or not found in the wait) a context is built here
     /// with the folder just resolved, as for a store made at the call.
     pub(crate) fn folder_now(&mut self, grants: &Grants, inline_files: bool) -> Result<(), GrantError> {
-        let Some(scope) = grants.preopen.as_ref().filter(|_| grants.has_folder()) else { return Ok(()) };
+        let Some(scope) = grants.folder() else { return Ok(()) };
         let dir = scope.resolve().map_err(GrantError::Scope)?;
         if self.inline_files == inline_files && self.folder.is_some() && dir.identity().ok() == self.folder {
             return Ok(());

@@ -149,11 +149,9 @@ pub(crate) fn new_store(
     artifact: &str,
     inline_files: bool,
 ) -> Result<Store<StoreState>, CallError> {
-    let folder = match &grants.preopen {
-        Some(scope) if grants.has_folder() => {
-            Some(scope.resolve().map_err(|e| grant_error(GrantError::Scope(e), artifact))?)
-        }
-        _ => None,
+    let folder = match grants.folder() {
+        Some(scope) => Some(scope.resolve().map_err(|e| grant_error(GrantError::Scope(e), artifact))?),
+        None => None,
     };
     new_store_in(host, grants, events, artifact, inline_files, folder.as_ref())
 }

@@ -82,7 +82,12 @@ pub(crate) enum GrantError {
 impl Grants {
     /// Whether the call gets a folder: a tool with a scope.
     pub(crate) fn has_folder(&self) -> bool {
-        self.role == ArtifactRole::Tool && self.preopen.is_some()
+        self.folder().is_some()
+    }
+
+    /// The scope of the call's folder: a tool's, none otherwise.
+    pub(crate) fn folder(&self) -> Option<&Scope> {
+        self.preopen.as_ref().filter(|_| self.role == ArtifactRole::Tool)
     }
 
     /// Build the WASI context. Network, DNS and the host's own env, args and stdio are never

@@ -122,7 +122,7 @@ impl ToolAhead {
             let Some(counted) = counted.or_else(Counted::take) else { return };
             // The folder as it is now, found without creating anything (a folder still missing
             // is made by the call); the call checks it is still the folder at the scope's path.
-            let folder = grants.preopen.as_ref().filter(|_| grants.has_folder()).and_then(|s| s.find().ok());
+            let folder = grants.folder().and_then(|s| s.find().ok());
             let Some(made) = Made::make(&artifact, &host, grants, counted, folder).await else { return };
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
             drop(tried_tx);
