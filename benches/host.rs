@@ -58,6 +58,7 @@ fn host() -> Host {
 
 fn shared(host: &Host) -> Shared {
     Shared {
+        shards: Some(std::sync::Arc::new(capsule_actors::shards::Shards::per_core().expect("shards"))),
         cluster: None,
         host: host.clone(),
         env: Default::default(),

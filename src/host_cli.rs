@@ -104,7 +104,11 @@ async fn shared(plan: &HostPlan, args: &HostArgs) -> Result<Shared, String> {
         }
     };
     let host = Host::new(HostOptions { cache_dir: default_cache_dir() }).map_err(|e| chain(&e))?;
+    // Each capsule's session runs on a runtime of one worker of its own core's (shards).
+    let shards =
+        capsule_actors::shards::Shards::per_core().map_err(|e| format!("cannot start the capsules' runtimes: {e}"))?;
     Ok(Shared {
+        shards: Some(std::sync::Arc::new(shards)),
         host,
         env: std::env::vars().collect(),
         host_config: path.map(|p| (config, p)),

@@ -55,6 +55,7 @@ pub mod otel;
 pub mod package;
 pub mod peer;
 pub mod session;
+pub mod shards;
 pub mod spend;
 pub mod timer_floor;
 pub mod tls;

@@ -12,8 +12,10 @@
 //! door opens. That tool's thread is kept on the one worker's CPU while the worker waits for it
 //! (`capsule_runtime`'s `affinity`), so the turn's hand-offs to and from it stay on one CPU too.
 //!
-//! A host runs many capsules that do have work at the same time, and gets one worker per core.
-//! `TOKIO_WORKER_THREADS` in the environment overrides both.
+//! A host runs many capsules that do have work at the same time, and gets one worker per core
+//! for its own actors; each capsule runs on a shard of one worker (`crate::shards`), so its
+//! turn's hand-offs stay on one thread there too. `TOKIO_WORKER_THREADS` in the environment
+//! overrides the counts.
 //! BENCHMARKS.md ("Sixteenth pass") has the figures.
 
 /// How many capsules a process runs, which decides its workers.

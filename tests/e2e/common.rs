@@ -45,9 +45,11 @@ pub fn host() -> Host {
 }
 
 /// What a test host's capsules share: this test's engine and cache, no host config, no
-/// machine meter, doors on loopback without TLS.
+/// machine meter, doors on loopback without TLS, and two shards, as `capsule host` has on
+/// this machine.
 pub fn loopback_shared() -> capsule_actors::host::Shared {
     capsule_actors::host::Shared {
+        shards: Some(std::sync::Arc::new(capsule_actors::shards::Shards::new(2).expect("shards"))),
         cluster: None,
         host: host(),
         env: Default::default(),

@@ -29,6 +29,7 @@ mod door;
 mod gateway;
 mod hooks;
 mod host;
+mod host_shards;
 mod http_support;
 mod inspect;
 mod journal_fuzz;

@@ -17,7 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Shared;
+use super::{Adopted, Shared};
 use super::supervisor::HostMsg;
 use crate::cluster::{ClusterError, ClusterHost, SessionEntry};
 use crate::control::TokenKey;
@@ -84,6 +84,13 @@ enum NotClaimed {
     Cluster(#[from] ClusterError),
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    /// The resume, spawned on its shard, ended without an answer (it panicked).
+    #[error("{code}: resuming the session on shard {shard} ended without an answer", code = capsule_protocol::Code::ActorCrashed)]
+    Ended {
+        shard: usize,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 impl ClaimerArgs {
@@ -189,15 +196,34 @@ impl ClaimerArgs {
             machine: self.shared.machine.clone(),
             endpoint_override: None,
         };
-        let resumed = Arc::new(Session::resume_from_cluster(opts, session, kept_keys(session, entry)).await?);
+        let kept = kept_keys(session, entry);
+        // On a shard, as every capsule of a host with shards (`crate::shards`): the resumed
+        // session's actors, and the task that continues its work, run there.
+        let placement = self.shared.shards.as_ref().map(|s| s.place());
+        let resume = {
+            let session = session.to_string();
+            async move { Session::resume_from_cluster(opts, &session, kept).await }
+        };
+        let resumed = Arc::new(match &placement {
+            None => resume.await?,
+            Some(p) => {
+                p.handle().spawn(resume).await.map_err(|source| NotClaimed::Ended { shard: p.index(), source })??
+            }
+        });
         tracing::info!(session, capsule = entry.capsule, from = entry.host, "claimed a session whose host was lost");
         let spec = PlannedCapsule { name: entry.capsule.clone(), manifest, workdir, port: 0 };
-        let _ = self.host.cast(HostMsg::Adopt { spec, session: resumed.clone() });
-        tokio::spawn(async move {
+        let runs_on = placement.as_ref().map(|p| p.handle().clone());
+        let adopted = Adopted { session: resumed.clone(), placement };
+        let _ = self.host.cast(HostMsg::Adopt { spec, adopted });
+        let continued = async move {
             if let Err(e) = resumed.resume_task().await {
                 tracing::warn!(session = resumed.session_id, error = %e, "the claimed session's tasks did not finish");
             }
-        });
+        };
+        match runs_on {
+            Some(shard) => drop(shard.spawn(continued)),
+            None => drop(tokio::spawn(continued)),
+        }
         Ok(())
     }
 }

@@ -38,6 +38,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use handle::HostHandle;
 pub use policy::RestartPolicy;
@@ -61,6 +62,18 @@ pub struct Shared {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// The cluster this host joined: its sessions are leased and journaled there.
     pub cluster: Option<crate::cluster::ClusterHost>,
+    /// Where each capsule's session runs (`crate::shards`); `None`: on the runtime the host's
+    /// actors run on.
+    pub shards: Option<Arc<crate::shards::Shards>>,
+}
+
+/// A session this host claimed from a lost host and resumed, and the shard it runs on (`None`
+/// when the host has no shards).
+pub struct Adopted {
+    /// The resumed session.
+    pub session: std::sync::Arc<crate::session::Session>,
+    /// Its place, counted until the slot that takes it drops the session.
+    pub placement: Option<crate::shards::Placement>,
 }
 
 /// Where a capsule is in its life.

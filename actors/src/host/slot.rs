@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use super::policy::{CrashWindow, RestartPolicy};
 use super::supervisor::HostMsg;
-use super::{Action, CapsuleEntry, CapsuleState, HostError, Shared, chain};
+use super::{Action, Adopted, CapsuleEntry, CapsuleState, HostError, Shared, chain};
 use crate::door::{self, Door, DoorError};
 use crate::launch::LaunchOptions;
 use crate::session::Session;
+use crate::shards::Placement;
 
 /// How long a fixed door port is retried while the previous session's listener lets it go.
 const DOOR_REBIND: Duration = Duration::from_secs(2);
@@ -54,7 +55,7 @@ pub struct SlotArgs {
     pub restarts: u32,
     /// A session this host claimed from a lost host (already running): the slot's first
     /// launch takes it instead of launching a new one.
-    pub adopted: Option<Arc<Session>>,
+    pub adopted: Option<Adopted>,
 }
 
 /// The running session, its door, and the supervisor whose stop means the session is gone.
@@ -62,6 +63,8 @@ struct Running {
     session: Arc<Session>,
     door: Door,
     supervisor: ActorId,
+    /// The shard the session runs on, counted there until this is dropped with the rest.
+    _placement: Option<Placement>,
 }
 
 /// The slot's state: the running session and its door, the capsule's state and restarts.
@@ -109,7 +112,8 @@ impl SlotState {
         // Boxed: a session's launch is a large future (every actor it starts, inline), and
         // unboxed it would size the slot's message loop, which every capsule keeps for its
         // whole life (about 90 KiB each, most of an idle capsule's memory).
-        match Box::pin(open(&self.args.spec, &self.args.shared, myself.get_cell(), adopted)).await {
+        let (spec, shared) = (self.args.spec.clone(), self.args.shared.clone());
+        match Box::pin(open_placed(spec, shared, myself.get_cell(), adopted)).await {
             Ok((r, booked)) => {
                 self.booked = booked;
                 self.session_id = Some(r.session.session_id.clone());
@@ -230,6 +234,47 @@ impl From<String> for NotOpened {
     }
 }
 
+/// [`open`] on one of the host's shards (`crate::shards`), when it has them, so that the
+/// session's actors, their tasks and its door run there for the session's life. A session
+/// adopted from a lost host already runs on the shard the claimer placed it on.
+async fn open_placed(
+    spec: PlannedCapsule,
+    shared: Arc<Shared>,
+    slot: ActorCell,
+    adopted: Option<Adopted>,
+) -> Result<(Running, Option<(String, u64)>), NotOpened> {
+    let placement = match (&shared.shards, adopted) {
+        (_, Some(Adopted { session, placement })) => {
+            let (running, booked) = open(&spec, &shared, slot, Some(session)).await?;
+            return Ok((Running { _placement: placement, ..running }, booked));
+        }
+        (None, None) => return open(&spec, &shared, slot, None).await,
+        (Some(shards), None) => shards.place(),
+    };
+    let index = placement.index();
+    let launch = placement.handle().spawn(async move { open(&spec, &shared, slot, None).await });
+    // A launch given up by its slot (the slot stopped mid-way) stops where it is, as it would
+    // have on the slot's own runtime.
+    let _abort = AbortOnDrop(launch.abort_handle());
+    match launch.await {
+        Ok(Ok((running, booked))) => Ok((Running { _placement: Some(placement), ..running }, booked)),
+        Ok(Err(refused_or_crashed)) => Err(refused_or_crashed),
+        Err(ended) => Err(NotOpened::Crashed(format!(
+            "{code}: the capsule's launch on shard {index} ended without an answer ({ended})",
+            code = Code::ActorCrashed
+        ))),
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Launch the session (or take the `adopted` one), link its supervisor to the slot, enter it in
 /// the cluster's session book (clustered), open the door. Returns the running session and its
 /// book entry.
@@ -296,7 +341,7 @@ async fn open(
         }
         _ => None,
     };
-    Ok((Running { supervisor: supervisor.get_id(), session, door }, booked))
+    Ok((Running { supervisor: supervisor.get_id(), session, door, _placement: None }, booked))
 }
 
 /// Open the door; a fixed port still held by the previous session's closing listener is

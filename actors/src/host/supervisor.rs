@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::claimer::{Claimer, ClaimerArgs, ClaimerMsg};
 use super::policy::{CrashWindow, RestartPolicy};
 use super::slot::{CapsuleSlot, SlotArgs, SlotMsg};
-use super::{Action, CapsuleEntry, CapsuleState, HostError, Shared};
+use super::{Action, Adopted, CapsuleEntry, CapsuleState, HostError, Shared};
 use crate::session::Session;
 
 /// How long one capsule's graceful stop may take during `Shutdown` (the loop's `EndSession`,
@@ -55,8 +55,8 @@ pub enum HostMsg {
     Adopt {
         /// The capsule (fetched from the cluster's store).
         spec: PlannedCapsule,
-        /// The resumed session.
-        session: Arc<Session>,
+        /// The resumed session and its shard.
+        adopted: Adopted,
     },
     /// Run a capsule placed on this host (clustered): a new slot, answered with its entry once
     /// its session runs. Named like `Adopt` when the name is taken.
@@ -85,7 +85,7 @@ struct Slot {
     entry: CapsuleEntry,
     slot_failures: CrashWindow,
     /// A claimed session, taken by the slot's first launch.
-    adopted: Option<Arc<Session>>,
+    adopted: Option<Adopted>,
 }
 
 /// The host's state: its slots and the last report of each.
@@ -146,7 +146,7 @@ impl HostState {
         myself: &ActorRef<HostMsg>,
         mut spec: PlannedCapsule,
         tag: &str,
-        adopted: Option<Arc<Session>>,
+        adopted: Option<Adopted>,
     ) -> Result<ActorRef<SlotMsg>, ractor::SpawnErr> {
         if self.index.contains_key(&spec.name) {
             spec.name = format!("{}~{tag}", spec.name);
@@ -154,7 +154,7 @@ impl HostState {
         let entry = CapsuleEntry {
             name: spec.name.clone(),
             state: CapsuleState::Starting,
-            session_id: adopted.as_ref().map(|s| s.session_id.clone()),
+            session_id: adopted.as_ref().map(|a| a.session.session_id.clone()),
             restarts: 0,
             url: None,
             error: None,
@@ -314,13 +314,13 @@ impl Actor for HostSupervisor {
                     let _ = slot.cast(SlotMsg::Session(reply));
                 }
             },
-            HostMsg::Adopt { spec, session } => {
+            HostMsg::Adopt { spec, adopted } => {
                 if state.shutting_down {
-                    session.shutdown().await;
+                    adopted.session.shutdown().await;
                     return Ok(());
                 }
-                let tag = session.session_id.trim_start_matches("ses_").chars().take(12).collect::<String>();
-                state.add_slot(&myself, spec, &tag, Some(session)).await?;
+                let tag = adopted.session.session_id.trim_start_matches("ses_").chars().take(12).collect::<String>();
+                state.add_slot(&myself, spec, &tag, Some(adopted)).await?;
             }
             HostMsg::Place { spec, reply } => {
                 if state.shutting_down {
