@@ -10,8 +10,9 @@
 //!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
 //!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20), then the
 //!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default),
-//!   on the runtime `capsule run` runs on (one worker), and as many sessions on the one `capsule
-//!   host` runs on (a worker per core), alternating, in a last table. The stub runs on a runtime
+//!   on the runtime `capsule run` runs on (one worker, as a `capsule host` shard is too), and as
+//!   many sessions on a runtime with a worker per core (where `capsule host` ran its capsules
+//!   before shards), alternating, in a last table. The stub runs on a runtime
 //!   of its own, as a provider is another process; the session's frames are read by a task on
 //!   the session's runtime, as `capsule run`'s printer reads them;
 //! - the same per-turn overhead when the stub takes 20 ms to answer each request, next to the
@@ -260,7 +261,9 @@ fn per_turn_sessions([rt, host_rt]: [&tokio::runtime::Runtime; 2], first: Turns)
     println!("\n### By runtime ({n} sessions each, alternating; medians across sessions)\n");
     println!("| runtime | turn 1 ms | turn 50 ms | turns 2–20 ms | turns 41–60 ms | turns 81–100 ms |");
     println!("|---|---|---|---|---|---|");
-    for (name, runs) in [("one worker (`capsule run`)", &all), ("a worker per core (`capsule host`)", &on_host)] {
+    for (name, runs) in
+        [("one worker (`capsule run`, a host's shard)", &all), ("a worker per core (a host before shards)", &on_host)]
+    {
         let [early, middle, late] = windows_across(runs);
         println!(
             "| {name} | {:.3} | {:.3} | {early:.3} | {middle:.3} | {late:.3} |",
@@ -298,12 +301,14 @@ fn think_time(rt: &tokio::runtime::Runtime) {
 }
 
 /// The per-turn overhead with the journal on JetStream (R3) next to the file journal, sessions
-/// alternating so that both see the same machine.
-fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
-    let nats = rt.block_on(nats::NatsCluster::start(3));
+/// alternating so that both see the same machine. As in `capsule host --cluster`, the cluster's
+/// connections are made on the host's runtime (`host_rt`, a worker per core) and the sessions
+/// run on a shard's (`rt`, one worker).
+fn cluster_per_turn(rt: &tokio::runtime::Runtime, host_rt: &tokio::runtime::Runtime) {
+    let nats = host_rt.block_on(nats::NatsCluster::start(3));
     // A host as `capsule host --cluster` makes it (on the journal stream's leader), and one on
     // a follower, to show what the leader's connection saves.
-    let (host, follower) = rt.block_on(async {
+    let (host, follower) = host_rt.block_on(async {
         let urls = nats.urls();
         let host = ClusterHost::start(&urls, "bench", 3, Duration::from_secs(3)).await.expect("joins");
         let leader = host
@@ -334,7 +339,7 @@ fn cluster_per_turn(rt: &tokio::runtime::Runtime) {
     });
     let (mut files, mut js, mut far): (Vec<_>, Vec<_>, Vec<_>) = (Vec::new(), Vec::new(), Vec::new());
     let stored = || {
-        rt.block_on(async {
+        host_rt.block_on(async {
             let mut stream = host.js.get_stream(capsule_actors::cluster::JOURNAL_STREAM).await.expect("journal stream");
             stream.info().await.expect("stream info").state.messages
         })
@@ -392,9 +397,10 @@ fn cpu_ms(pids: &[u32]) -> f64 {
 }
 
 fn main() {
-    // The sessions run on the runtime `capsule run` runs on (one worker); the per-turn sessions
-    // also on the one `capsule host` runs on (a worker per core), alternating, and so do the
-    // JetStream sessions, which are a clustered host's.
+    // The sessions run on the runtime `capsule run` runs on (one worker), which is also what a
+    // host's shard is, the JetStream sessions (a clustered host's) included; the per-turn
+    // sessions also on a worker per core (where `capsule host` ran them before shards),
+    // alternating.
     let runtime = |workers| {
         let rt = capsule_actors::workers::runtime(workers).expect("runtime");
         // As the `capsule` binary does: `CAPSULE_BENCH_NO_TIMER_FLOOR=1` leaves it out, to compare.
@@ -417,7 +423,7 @@ fn main() {
     // `--cluster`: only the JetStream comparison.
     let only = |flag: &str| std::env::args().any(|a| a == flag);
     if only("--cluster") {
-        return cluster_per_turn(&host_rt);
+        return cluster_per_turn(&rt, &host_rt);
     }
     if only("--think") {
         return think_time(&rt);
@@ -432,6 +438,6 @@ fn main() {
     per_turn_sessions([&rt, &host_rt], first);
     if !only("--turns") {
         think_time(&rt);
-        cluster_per_turn(&host_rt);
+        cluster_per_turn(&rt, &host_rt);
     }
 }

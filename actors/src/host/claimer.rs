@@ -17,8 +17,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Adopted, Shared};
 use super::supervisor::HostMsg;
+use super::{Adopted, Shared};
 use crate::cluster::{ClusterError, ClusterHost, SessionEntry};
 use crate::control::TokenKey;
 use crate::error::LaunchError;
