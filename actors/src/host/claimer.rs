@@ -200,9 +200,11 @@ impl ClaimerArgs {
         // On a shard, as every capsule of a host with shards (`crate::shards`): the resumed
         // session's actors, and the task that continues its work, run there.
         let placement = self.shared.shards.as_ref().map(|s| s.place());
+        // Boxed when first run, so the large future is allocated where it runs (as a slot's
+        // launch is: `slot::open_placed`).
         let resume = {
             let session = session.to_string();
-            async move { Session::resume_from_cluster(opts, &session, kept).await }
+            async move { Box::pin(Session::resume_from_cluster(opts, &session, kept)).await }
         };
         let resumed = Arc::new(match &placement {
             None => resume.await?,

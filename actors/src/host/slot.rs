@@ -243,16 +243,24 @@ async fn open_placed(
     slot: ActorCell,
     adopted: Option<Adopted>,
 ) -> Result<(Running, Option<(String, u64)>), NotOpened> {
+    // `open` boxed on every path: inline, its large future would size this one, which is alive
+    // for the whole launch in the slot's thread (see the spawn below).
     let placement = match (&shared.shards, adopted) {
         (_, Some(Adopted { session, placement })) => {
-            let (running, booked) = open(&spec, &shared, slot, Some(session)).await?;
+            let (running, booked) = Box::pin(open(&spec, &shared, slot, Some(session))).await?;
             return Ok((Running { _placement: placement, ..running }, booked));
         }
-        (None, None) => return open(&spec, &shared, slot, None).await,
+        (None, None) => return Box::pin(open(&spec, &shared, slot, None)).await,
         (Some(shards), None) => shards.place(),
     };
     let index = placement.index();
-    let launch = placement.handle().spawn(async move { open(&spec, &shared, slot, None).await });
+    // The launch's large future is boxed when the shard first runs it, so it is allocated by
+    // the shard's thread, beside the session it starts, and the task spawned from here stays
+    // small. Spawned inline, a host launching many capsules at once held every launch's
+    // future in the spawning thread's malloc arena until the shards got to it, and the arena
+    // kept that memory after it was freed (85 KiB more per idle capsule in `cargo bench
+    // --bench host density`).
+    let launch = placement.handle().spawn(async move { Box::pin(open(&spec, &shared, slot, None)).await });
     // A launch given up by its slot (the slot stopped mid-way) stops where it is, as it would
     // have on the slot's own runtime.
     let _abort = AbortOnDrop(launch.abort_handle());
