@@ -14,9 +14,27 @@ pub(crate) async fn latest(
     bucket: &str,
     key: &str,
 ) -> Result<Option<(bytes::Bytes, u64)>, ClusterError> {
+    latest_in(&stream_of(js, bucket, || format!("read {bucket}/{key}")).await?, bucket, key).await
+}
+
+/// `bucket`'s stream, to read several keys from its leader with [`latest_in`]; `what` names the
+/// read in an error.
+pub(crate) async fn stream_of(
+    js: &jetstream::Context,
+    bucket: &str,
+    what: impl Fn() -> String,
+) -> Result<jetstream::stream::Stream, ClusterError> {
+    js.get_stream(format!("KV_{bucket}")).await.map_err(|e| ClusterError::js(what(), e))
+}
+
+/// [`latest`], in `bucket`'s stream already at hand.
+pub(crate) async fn latest_in(
+    stream: &jetstream::stream::Stream,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<(bytes::Bytes, u64)>, ClusterError> {
     use jetstream::stream::LastRawMessageErrorKind as Kind;
     let what = || format!("read {bucket}/{key}");
-    let stream = js.get_stream(format!("KV_{bucket}")).await.map_err(|e| ClusterError::js(what(), e))?;
     match stream.get_last_raw_message_by_subject(&format!("$KV.{bucket}.{key}")).await {
         Ok(m) => {
             let removed = m.headers.get("KV-Operation").is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"));

@@ -39,12 +39,13 @@ pub struct SessionEntry {
 #[derive(Debug, Clone)]
 pub struct Sessions {
     kv: kv::Store,
+    js: jetstream::Context,
 }
 
 impl Sessions {
     /// Create the bucket (`replicas` copies), or take the one that exists.
     pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Sessions, ClusterError> {
-        Ok(Sessions { kv: super::kv_read::bucket(js, SESSIONS_BUCKET, replicas, None).await? })
+        Ok(Sessions { kv: super::kv_read::bucket(js, SESSIONS_BUCKET, replicas, None).await?, js: js.clone() })
     }
 
     /// `session`'s entry, read from the bucket's leader; `None` when it is not booked.
@@ -81,12 +82,15 @@ impl Sessions {
             .map_err(|e| ClusterError::js(format!("remove session {session}"), e))
     }
 
-    /// Every live session, its entry and the entry's revision. An entry in another format is
+    /// Every live session, its entry and the entry's revision, each read from the bucket's
+    /// leader (a session booked before the listing is in it). An entry in another format is
     /// skipped and logged: it names no capsule this runtime could run.
     pub async fn list(&self) -> Result<Vec<(String, SessionEntry, u64)>, ClusterError> {
+        let stream = super::kv_read::stream_of(&self.js, SESSIONS_BUCKET, || "list the sessions".into()).await?;
         let mut out = Vec::new();
         for key in self.keys().await? {
-            if let Some((entry, revision)) = self.entry(&key).await? {
+            let read = super::kv_read::latest_in(&stream, SESSIONS_BUCKET, &key).await?;
+            if let Some((entry, revision)) = read.and_then(|(value, revision)| parsed(&key, &value, revision)) {
                 out.push((key, entry, revision));
             }
         }
@@ -98,17 +102,21 @@ impl Sessions {
         super::kv_read::keys(&self.kv, "list the sessions").await
     }
 
-    /// `session`'s entry and its revision; `None` when it is not booked, or (logged) when the
-    /// entry is in another format.
+    /// `session`'s entry and its revision, read from the bucket's leader; `None` when it is not
+    /// booked, or (logged) when the entry is in another format.
     pub async fn entry(&self, session: &str) -> Result<Option<(SessionEntry, u64)>, ClusterError> {
-        let read = self.kv.entry(session).await.map_err(|e| ClusterError::js(format!("read session {session}"), e))?;
-        let Some(found) = read.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
-        match serde_json::from_slice::<SessionEntry>(&found.value) {
-            Ok(entry) => Ok(Some((entry, found.revision))),
-            Err(e) => {
-                tracing::warn!(session, error = %e, "{}: a session entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry);
-                Ok(None)
-            }
+        let read = super::kv_read::latest(&self.js, SESSIONS_BUCKET, session).await?;
+        Ok(read.and_then(|(value, revision)| parsed(session, &value, revision)))
+    }
+}
+
+/// A session entry read at `revision`; `None` (logged) when it is in another format.
+fn parsed(session: &str, value: &[u8], revision: u64) -> Option<(SessionEntry, u64)> {
+    match serde_json::from_slice::<SessionEntry>(value) {
+        Ok(entry) => Some((entry, revision)),
+        Err(e) => {
+            tracing::warn!(session, error = %e, "{}: a session entry not in this runtime's format is skipped", capsule_protocol::Code::ClusterBadEntry);
+            None
         }
     }
 }
