@@ -25,6 +25,8 @@
 
 #[path = "support/limits.rs"]
 mod limits;
+#[path = "support/shared.rs"]
+mod support;
 use limits::ensure_nofile;
 
 use capsule_actors::GatewayMsg;
@@ -57,16 +59,7 @@ fn host() -> Host {
 }
 
 fn shared(host: &Host) -> Shared {
-    Shared {
-        shards: Some(std::sync::Arc::new(capsule_actors::shards::Shards::per_core().expect("shards"))),
-        cluster: None,
-        host: host.clone(),
-        env: Default::default(),
-        host_config: None,
-        machine: None,
-        bind: [127, 0, 0, 1].into(),
-        tls: None,
-    }
+    support::loopback(host, true)
 }
 
 /// A small keyless capsule folder pointed at `endpoint`.

@@ -14,14 +14,15 @@
 //! gap between two of its provider requests at its stub minus the stub's time, turns 2 to the
 //! last), and the process's CPU time per turn (the process's CPU clock, the stubs' included).
 
-use capsule_actors::host::{CapsuleState, HostHandle, RestartPolicy, Shared};
-use capsule_actors::shards::Shards;
+#[path = "support/shared.rs"]
+mod support;
+
+use capsule_actors::host::{CapsuleState, HostHandle, RestartPolicy};
 use capsule_actors::workers::{Workers, runtime};
 use capsule_protocol::host_file::PlannedCapsule;
 use capsule_runtime::{Host, HostOptions};
 use capsule_stub::{Script, Stub, StubHandle, Turn};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Tool-call turns per task.
@@ -91,17 +92,7 @@ async fn busy(host: &Host, k: usize, shards: bool) -> Busy {
             port: 0,
         })
         .collect();
-    let shared = Shared {
-        shards: shards.then(|| Arc::new(Shards::per_core().expect("shards"))),
-        cluster: None,
-        host: host.clone(),
-        env: Default::default(),
-        host_config: None,
-        machine: None,
-        bind: [127, 0, 0, 1].into(),
-        tls: None,
-    };
-    let h = HostHandle::start(planned, shared, RestartPolicy::default()).await.expect("host");
+    let h = HostHandle::start(planned, support::loopback(host, shards), RestartPolicy::default()).await.expect("host");
     let settled = h.settled().await.expect("settled");
     assert!(settled.iter().all(|e| e.state == CapsuleState::Running), "{settled:?}");
     let mut sessions = Vec::new();
