@@ -163,4 +163,18 @@ mod tests {
         drop(placed);
         drop(shards);
     }
+
+    #[test]
+    fn shards_dropped_by_a_task_of_their_own_shard_do_not_panic() {
+        // A launch cancelled on its shard may hold the last reference to the host's shared
+        // state, and so drop the shards from one of their own threads.
+        let shards = Shards::new(2).expect("shards");
+        let handle = shards.handles().next().expect("a shard").clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        handle.spawn(async move {
+            drop(shards);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the task dropped the shards and went on");
+    }
 }
