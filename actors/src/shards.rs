@@ -22,6 +22,9 @@ use tokio::runtime::{Handle, Runtime};
 /// (allowed inside an async context, where a host drops it).
 pub struct Shards {
     shards: Vec<Shard>,
+    /// Held while a placement picks its shard and counts itself there, so that two launches at
+    /// once never both see the same shard as the emptiest.
+    placing: std::sync::Mutex<()>,
 }
 
 struct Shard {
@@ -80,11 +83,12 @@ impl Shards {
                 Ok(Shard { handle: runtime.handle().clone(), runtime: Some(runtime), capsules: Arc::default() })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Shards { shards })
+        Ok(Shards { shards, placing: std::sync::Mutex::new(()) })
     }
 
     /// Place a capsule: the shard with the fewest capsules now.
     pub fn place(&self) -> Placement {
+        let _placing = self.placing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (index, shard) = self
             .shards
             .iter()
@@ -134,6 +138,28 @@ mod tests {
         drop(c);
         assert_eq!(shards.place().index(), 0, "the emptier shard");
         assert_eq!(shards.loads(), vec![0, 1], "the placement just made was dropped at once");
+    }
+
+    #[test]
+    fn placements_made_at_once_from_many_threads_are_spread_evenly() {
+        let shards = Shards::new(2).expect("shards");
+        for _ in 0..300 {
+            let barrier = std::sync::Barrier::new(8);
+            let placed: Vec<Placement> = std::thread::scope(|s| {
+                let all: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            shards.place()
+                        })
+                    })
+                    .collect();
+                all.into_iter().map(|t| t.join().expect("placed")).collect()
+            });
+            assert_eq!(shards.loads(), vec![4, 4]);
+            drop(placed);
+            assert_eq!(shards.loads(), vec![0, 0]);
+        }
     }
 
     #[test]
