@@ -265,7 +265,12 @@ async fn open_placed(
     // have on the slot's own runtime.
     let _abort = AbortOnDrop(launch.abort_handle());
     match launch.await {
-        Ok(Ok((running, booked))) => Ok((Running { _placement: Some(placement), ..running }, booked)),
+        Ok(Ok((running, booked))) => {
+            // Which shard, for an operator looking into two busy capsules sharing one
+            // (`CAPSULE_LOG=capsule_actors=debug`).
+            tracing::debug!(session = %running.session.session_id, shard = index, "the session runs on its shard");
+            Ok((Running { _placement: Some(placement), ..running }, booked))
+        }
         Ok(Err(refused_or_crashed)) => Err(refused_or_crashed),
         Err(ended) => Err(NotOpened::Crashed(format!(
             "{code}: the capsule's launch on shard {index} ended without an answer ({ended})",
