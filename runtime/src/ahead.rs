@@ -241,10 +241,7 @@ impl Made {
     ) -> Option<Made> {
         let Pre::Run(pre) = &artifact.pre else { return None };
         let inline_files = folder.is_some();
-        let id = match &folder {
-            Some(dir) => Some(dir.identity().ok()?),
-            None => None,
-        };
+        let id = folder.as_ref().map(Beneath::identity).transpose().ok()?;
         let events = Arc::new(NoEvents);
         let mut store = new_store_in(host, &grants, events, &artifact.name, inline_files, folder.as_ref()).ok()?;
         drop(folder);

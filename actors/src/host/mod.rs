@@ -71,7 +71,7 @@ pub struct Shared {
 /// when the host has no shards).
 pub struct Adopted {
     /// The resumed session.
-    pub session: std::sync::Arc<crate::session::Session>,
+    pub session: Arc<crate::session::Session>,
     /// Its place, counted until the slot that takes it drops the session.
     pub placement: Option<crate::shards::Placement>,
 }
