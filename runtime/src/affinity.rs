@@ -10,9 +10,10 @@
 //! running, the call's thread is kept on the CPU that worker is on when it asks, and stays
 //! there while idle, so the next call's wake lands beside the worker. The worker itself is
 //! never pinned: the kernel may move it, and the next call's thread follows. Calls that run at
-//! the same time may need a CPU each, so a call that starts while another runs gets back the
-//! CPUs its thread had before. A runtime with a worker per core (`capsule host`) is left to the
-//! kernel, whose balancing its many capsules need.
+//! the same time may need a CPU each, so a call that starts while another runs in the process
+//! gets back the CPUs its thread had before. A host's shards each have one worker, so a host's
+//! call is kept beside its shard's worker when it is the process's only call running; a
+//! runtime with a worker per core is left to the kernel.
 
 use rustix::thread::CpuSet;
 use std::cell::Cell;
