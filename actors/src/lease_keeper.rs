@@ -3,7 +3,9 @@
 //! is refused (the lease expired or another host took it), and also when no renewal got
 //! through within a TTL of the last one sent that did (NATS unreachable or too slow): by its
 //! own clock the lease may be gone by then, and the session stops before another host could
-//! claim it. Nothing more is written; the fenced journal would refuse it anyway.
+//! claim it. Nothing more is written; the fenced journal would refuse it anyway. A try that gets
+//! no answer within a renewal period is given up and made again, so one answer lost with a
+//! connection does not use up the TTL.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -70,7 +72,12 @@ impl Actor for LeaseKeeper {
                 // through, which is after this host sent it: by this clock (kept in the lease,
                 // so across restarts of the keeper) the lease lasts at least until here.
                 let deadline = lease.renewed() + state.ttl;
-                let renewed = tokio::time::timeout_at(deadline, lease.renew()).await;
+                // One try waits a renewal period at most: an answer lost with a connection
+                // would otherwise hold the keeper until the TTL ran out, while a try made after
+                // the client reconnected gets through (`Lease::renew` then finds whether the
+                // lost one was stored).
+                let attempt = deadline.min(tokio::time::Instant::now() + state.every);
+                let renewed = tokio::time::timeout_at(attempt, lease.renew()).await;
                 let lost = ClusterError::Lost {
                     session: state.session_id.clone(),
                     host: lease.record().host.clone(),
@@ -86,6 +93,12 @@ impl Actor for LeaseKeeper {
                         tracing::warn!(session = state.session_id, error = %e, "the lease was not renewed this time")
                     }
                     Ok(Err(e)) => stop_session(&state.session_id, &lost, Ended::NotRenewed(Some(&e))),
+                    Err(_elapsed) if tokio::time::Instant::now() < deadline => {
+                        tracing::warn!(
+                            session = state.session_id,
+                            "a lease renewal got no answer within a renewal period; trying again"
+                        )
+                    }
                     Err(_elapsed) => stop_session(&state.session_id, &lost, Ended::NotRenewed(None)),
                 }
             }

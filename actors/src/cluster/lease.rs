@@ -48,6 +48,10 @@ pub struct Lease {
     /// When the last write of it that got through was sent: JetStream stored it later, so the
     /// lease lasts at least a TTL from here.
     renewed: tokio::time::Instant,
+    /// When the first write since then that got no answer was sent (the answer lost with a
+    /// connection, or the caller stopped waiting): it may have been stored.
+    unsure_since: Option<tokio::time::Instant>,
+    js: jetstream::Context,
 }
 
 impl Leases {
@@ -89,7 +93,15 @@ impl Leases {
             },
         };
         let record = LeaseRecord { host: host.to_string(), epoch: revision };
-        let mut lease = Lease { kv: self.kv.clone(), session: session.to_string(), record, revision, renewed: asked };
+        let mut lease = Lease {
+            kv: self.kv.clone(),
+            session: session.to_string(),
+            record,
+            revision,
+            renewed: asked,
+            unsure_since: None,
+            js: self.js.clone(),
+        };
         lease.renew().await?;
         Ok(lease)
     }
@@ -131,23 +143,46 @@ impl Lease {
     }
 
     /// Renew it; `Lost` when it expired or another host took it since the last renewal.
+    ///
+    /// A write whose answer never came may still have been stored, and the next one, sent with
+    /// the revision before it, is then refused. So a refusal after such a write reads the key
+    /// from the bucket's leader: a newer revision holding this lease's own record is that write
+    /// (no other writer writes this host's record with this epoch), taken as renewed when it
+    /// was sent, and the renewal is made again from it. Anything else there is another owner.
+    /// Dropping the future part way (a caller's timeout) leaves the write counted as unsure.
     pub async fn renew(&mut self) -> Result<(), ClusterError> {
-        let sent = tokio::time::Instant::now();
-        match self.kv.update(&self.session, encode(&self.record), self.revision).await {
-            Ok(revision) => {
-                self.revision = revision;
-                self.renewed = sent;
-                Ok(())
+        loop {
+            let sent = tokio::time::Instant::now();
+            let earlier = self.unsure_since;
+            self.unsure_since = Some(earlier.unwrap_or(sent));
+            match self.kv.update(&self.session, encode(&self.record), self.revision).await {
+                Ok(revision) => {
+                    (self.revision, self.renewed, self.unsure_since) = (revision, sent, None);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || super::wrong_last_sequence(&e) => {
+                    // Refused: this write was not stored.
+                    self.unsure_since = earlier;
+                    let Some(since) = earlier else { return Err(self.lost()) };
+                    match super::kv_read::latest(&self.js, LEASE_BUCKET, &self.session).await? {
+                        Some((value, revision)) if revision > self.revision && value == encode(&self.record) => {
+                            tracing::warn!(
+                                session = self.session,
+                                revision,
+                                "a renewal whose answer was lost had been stored; renewing from it"
+                            );
+                            (self.revision, self.renewed, self.unsure_since) = (revision, since, None);
+                        }
+                        _ => return Err(self.lost()),
+                    }
+                }
+                Err(e) => return Err(ClusterError::js(format!("renew the lease of {}", self.session), e)),
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || super::wrong_last_sequence(&e) => {
-                Err(ClusterError::Lost {
-                    session: self.session.clone(),
-                    host: self.record.host.clone(),
-                    epoch: self.record.epoch,
-                })
-            }
-            Err(e) => Err(ClusterError::js(format!("renew the lease of {}", self.session), e)),
         }
+    }
+
+    fn lost(&self) -> ClusterError {
+        ClusterError::Lost { session: self.session.clone(), host: self.record.host.clone(), epoch: self.record.epoch }
     }
 
     /// Give the session up (only if this host still holds it).
