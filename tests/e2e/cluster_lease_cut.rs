@@ -10,8 +10,6 @@ use crate::nats::NatsCluster;
 use crate::nats_cut::LeaseCut;
 use async_nats::jetstream;
 use capsule_actors::cluster::{self, ClusterError, LEASE_BUCKET, Lease, LeaseRecord, Leases};
-use capsule_stub::{Script, Stub, StubHandle, ToolCall, Turn};
-use serde_json::json;
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -83,24 +81,6 @@ async fn a_renewal_stored_without_an_answer_is_found_by_the_next_and_a_takeover_
     assert_eq!(others.holder("ses_cut").await.expect("read"), Some(expected), "host-b's lease was left alone");
 }
 
-/// A provider whose task outlasts a TTL after the cut: `steps` tool calls 300 ms apart, each
-/// appending a line, then the answer.
-fn long_provider(steps: usize) -> StubHandle {
-    let mut turns: Vec<Turn> = (0..steps)
-        .map(|j| Turn {
-            tool_calls: Some(vec![ToolCall {
-                id: Some(format!("call-{j}")),
-                name: "files".into(),
-                input: json!({"op": "append", "path": "effects.txt", "content": format!("step {j}\n")}),
-            }]),
-            delay_ms: Some(300),
-            ..Default::default()
-        })
-        .collect();
-    turns.push(Turn { text: Some("all steps done".into()), ..Default::default() });
-    Stub::start(Script::new(turns)).expect("stub starts")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_whose_connection_is_cut_after_a_lease_write_keeps_its_session() {
     // Fewer than the manifest's `max_turns` (20), and long enough to outlast a TTL after the cut.
@@ -109,7 +89,8 @@ async fn a_host_whose_connection_is_cut_after_a_lease_write_keeps_its_session() 
     // front of one of them (after the cut it may reconnect to any).
     let nats = NatsCluster::start(3).await;
     let cut = LeaseCut::start(&nats.urls()[0]).await;
-    let stub = long_provider(STEPS);
+    // 300 ms a step: the task outlasts a TTL after the cut.
+    let stub = provider_of(STEPS, 300, false);
     let h = start_host(0, &cut.url, std::slice::from_ref(&stub)).await;
     let (name, (session, door)) = h.capsules.iter().next().map(|(n, s)| (n.clone(), s.clone())).expect("a capsule");
     submit(&door).await;

@@ -22,7 +22,12 @@ pub const SPIN_STEP: usize = 2;
 /// answer waits a little, so the tasks are still running when the host is killed. With `spin`,
 /// step [`SPIN_STEP`] calls the spinning tool instead.
 pub fn provider(spin: bool) -> StubHandle {
-    let mut turns: Vec<Turn> = (0..STEPS)
+    provider_of(STEPS, 250, spin)
+}
+
+/// [`provider`] with `steps` tool-call turns, each answer `delay_ms` after its request.
+pub fn provider_of(steps: usize, delay_ms: u64, spin: bool) -> StubHandle {
+    let mut turns: Vec<Turn> = (0..steps)
         .map(|j| Turn {
             tool_calls: Some(vec![if spin && j == SPIN_STEP {
                 ToolCall { id: Some(format!("call-{j}")), name: "spin".into(), input: json!({}) }
@@ -33,7 +38,7 @@ pub fn provider(spin: bool) -> StubHandle {
                     input: json!({"op": "append", "path": "effects.txt", "content": format!("step {j}\n")}),
                 }
             }]),
-            delay_ms: Some(250),
+            delay_ms: Some(delay_ms),
             ..Default::default()
         })
         .collect();

@@ -73,12 +73,7 @@ async fn relay(client: TcpStream, upstream: String, armed: Arc<AtomicBool>, cuts
     let (reply_tx, mut reply_rx) = tokio::sync::watch::channel(None::<Vec<u8>>);
     let to_server = async move {
         let (mut buf, mut seen) = (vec![0u8; 16 * 1024], Vec::new());
-        loop {
-            let n = match client_in.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            seen.extend_from_slice(&buf[..n]);
+        while let Some(n) = read_more(&mut client_in, &mut buf, &mut seen).await {
             if let Some(reply) = lease_write_reply(&mut seen)
                 && armed.swap(false, Ordering::SeqCst)
             {
@@ -91,12 +86,7 @@ async fn relay(client: TcpStream, upstream: String, armed: Arc<AtomicBool>, cuts
     };
     let to_client = async move {
         let (mut buf, mut seen) = (vec![0u8; 16 * 1024], Vec::new());
-        loop {
-            let n = match server_in.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            seen.extend_from_slice(&buf[..n]);
+        while let Some(n) = read_more(&mut server_in, &mut buf, &mut seen).await {
             let reply = reply_rx.borrow_and_update().clone();
             if let Some(reply) = reply {
                 // `MSG <reply> ` (or `HMSG`): the server's answer to the armed write.
@@ -115,6 +105,17 @@ async fn relay(client: TcpStream, upstream: String, armed: Arc<AtomicBool>, cuts
     tokio::select! {
         () = to_server => {}
         () = to_client => {}
+    }
+}
+
+/// Read into `buf`, and add what was read to `seen`; `None` once the side is closed.
+async fn read_more(from: &mut tokio::net::tcp::OwnedReadHalf, buf: &mut [u8], seen: &mut Vec<u8>) -> Option<usize> {
+    match from.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            seen.extend_from_slice(&buf[..n]);
+            Some(n)
+        }
     }
 }
 
