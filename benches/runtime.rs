@@ -25,6 +25,8 @@
 #[path = "../tests/e2e/nats.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test harness")]
 mod nats;
+#[path = "support/stub_runtime.rs"]
+mod stub_runtime;
 
 mod common {
     pub fn repo() -> std::path::PathBuf {
@@ -50,12 +52,9 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// The stub on a runtime of its own, the one `capsule stub-provider` runs on, as a provider is
-/// another process: its tasks never run on, or wake, the session's workers.
+/// A stub on the stubs' runtime (`support/stub_runtime.rs`).
 fn start_stub(script: Script) -> StubHandle {
-    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| capsule_actors::workers::runtime(Workers::One).expect("stub runtime"));
-    let _guard = rt.enter();
+    let _guard = stub_runtime::stub_runtime().enter();
     Stub::start(script).expect("stub")
 }
 

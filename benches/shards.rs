@@ -14,6 +14,8 @@
 //! gap between two of its provider requests at its stub minus the stub's time, turns 2 to the
 //! last), and the process's CPU time per turn (the process's CPU clock, the stubs' included).
 
+#[path = "support/stub_runtime.rs"]
+mod stub_runtime;
 #[path = "support/shared.rs"]
 mod support;
 
@@ -32,11 +34,9 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The stubs' runtime: one worker, none of the host's.
+/// A stub on the stubs' runtime (`support/stub_runtime.rs`), none of the host's.
 fn start_stub(script: Script) -> StubHandle {
-    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| runtime(Workers::One).expect("stub runtime"));
-    let _guard = rt.enter();
+    let _guard = stub_runtime::stub_runtime().enter();
     Stub::start(script).expect("stub")
 }
 

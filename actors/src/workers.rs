@@ -11,6 +11,7 @@
 //! calls the host yields at every epoch tick, and components are compiled at launch, before the
 //! door opens. That tool's thread is kept on the one worker's CPU while the worker waits for it
 //! (`capsule_runtime`'s `affinity`), so the turn's hand-offs to and from it stay on one CPU too.
+//! The one worker is the main thread itself (a current-thread runtime; see [`runtime`]).
 //!
 //! A host runs many capsules that do have work at the same time, and gets one worker per core
 //! for its own actors; each capsule runs on a shard of one worker (`crate::shards`), so its
@@ -28,13 +29,20 @@ pub enum Workers {
 }
 
 /// The runtime for a process of this kind, with its I/O and time drivers.
+///
+/// One worker is tokio's current-thread runtime: the thread that calls `block_on` (the
+/// process's main thread) runs every task, so the future it waits on and the tasks it spawned
+/// share that thread. A multi-thread runtime of one worker kept the two on two threads and paid
+/// for its work-stealing machinery with no one to steal. Its spawned tasks run only while a
+/// thread is in its `block_on`, as the `capsule` binary is for the whole of its run.
+/// `TOKIO_WORKER_THREADS` set gives a multi-thread runtime of that many workers instead.
 pub fn runtime(workers: Workers) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if workers == Workers::One && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        builder.worker_threads(1);
-    }
-    builder.build()
+    let counted = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    let mut builder = match workers {
+        Workers::One if !counted => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    builder.enable_all().build()
 }
 
 #[cfg(test)]
@@ -55,7 +63,9 @@ mod tests {
             assert_eq!(workers_of(&one), workers_of(&many));
             return;
         }
-        assert_eq!(workers_of(&runtime(Workers::One).expect("runtime")), 1);
+        let one = runtime(Workers::One).expect("runtime");
+        assert_eq!(workers_of(&one), 1);
+        assert_eq!(one.handle().runtime_flavor(), tokio::runtime::RuntimeFlavor::CurrentThread);
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         assert_eq!(workers_of(&runtime(Workers::PerCore).expect("runtime")), cores);
     }

@@ -1,6 +1,7 @@
-//! `capsule run` runs its one capsule on one runtime worker (`capsule_actors::workers`, whose
-//! own test counts the workers), and a tool blocked in a file operation does not hold it: the
-//! door still answers. The tool's thread is kept on the worker's CPU; the worker is not.
+//! `capsule run` runs its one capsule on one runtime worker, the process's main thread (a
+//! current-thread runtime: `capsule_actors::workers`, whose own test checks it), and a tool
+//! blocked in a file operation does not hold it: the door still answers. The tool's thread is
+//! kept on the worker's CPU; the worker is not.
 
 use crate::common::{
     a_thread_waits_in, anthropic_capsule, cpus_allowed, make_fifo, repo, stub, threads_of, unblock_fifo,
@@ -45,7 +46,8 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
         assert!(matches!(run.try_wait(), Ok(None)), "capsule run ended before its tool opened the FIFO");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // The door is served by the process's one worker; the tool's open holds another thread.
+    // The door is served by the process's one worker (its main thread); the tool's open holds
+    // another thread.
     let card = reqwest::Client::new()
         .get(format!("{url}/.well-known/agent-card.json"))
         .timeout(Duration::from_secs(30))
@@ -62,10 +64,10 @@ async fn capsule_run_on_its_one_worker_answers_its_door_while_a_tool_blocks_in_a
     assert!(still_blocked, "the tool's open was still waiting for a writer");
     let tool = threads.iter().find(|t| t.wchan == "wait_for_partner").expect("the tool's thread");
     assert!(tool.cpus.parse::<usize>().is_ok(), "the tool's thread is kept on one CPU: {tool:?}");
-    assert!(
-        threads.iter().any(|t| t.name.starts_with("tokio-") && t.wchan != "wait_for_partner" && t.cpus == process_cpus),
-        "the worker may still run on every CPU of the process ({process_cpus}): {threads:?}"
-    );
+    // The main thread is named after the binary; tokio's blocking-pool threads (the tool's) are
+    // `tokio-…`.
+    let worker = threads.iter().find(|t| t.name == "capsule").expect("the main thread");
+    assert_eq!(worker.cpus, process_cpus, "the worker may still run on every CPU of the process: {threads:?}");
     let status = run.wait().expect("exits");
     drop(writer);
     assert!(status.success(), "the task ends and the process exits 0: {status:?}");
