@@ -10,7 +10,8 @@
 //!   minus the stub's own time answering the first, with the medians over turns 2–20, 41–60 and
 //!   81–100 and two flatness ratios (turn 100 / turn 1, and turns 81–100 / turns 2–20), then the
 //!   same figures as medians over several such sessions (`CAPSULE_BENCH_SESSIONS`, 5 by default),
-//!   on the runtime `capsule run` runs on (one worker, as a `capsule host` shard is too), and as
+//!   on the runtime `capsule run` runs on (one worker; a `capsule host` shard has one worker too,
+//!   on a multi-thread runtime, which measured the same in a host), and as
 //!   many sessions on a runtime with a worker per core (where `capsule host` ran its capsules
 //!   before shards), alternating, in a last table. The stub runs on a runtime
 //!   of its own, as a provider is another process; the session's frames are read by a task on
@@ -396,8 +397,9 @@ fn cpu_ms(pids: &[u32]) -> f64 {
 }
 
 fn main() {
-    // The sessions run on the runtime `capsule run` runs on (one worker), which is also what a
-    // host's shard is, the JetStream sessions (a clustered host's) included; the per-turn
+    // The sessions run on the runtime `capsule run` runs on (one worker, the current-thread
+    // runtime; a host's shard is one worker too), the JetStream sessions (a clustered host's)
+    // included; the per-turn
     // sessions also on a worker per core (where `capsule host` ran them before shards),
     // alternating.
     let runtime = |workers| {
