@@ -58,6 +58,11 @@ pub fn valid_session_id(session: &str) -> bool {
 /// forming, a leader election after a server was lost).
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long an append waits for JetStream's acknowledgement before it is sent again (the same
+/// append, deduplicated by its id). An acknowledgement lost with a connection would otherwise
+/// hold the step for the client's own wait (5 s), although the client reconnects at once.
+pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Run `op` until it succeeds, fails for a reason other than JetStream not answering, or
 /// [`PATIENCE`] runs out.
 pub(crate) async fn patiently<T, F, Fut>(mut op: F) -> Result<T, ClusterError>
@@ -161,9 +166,17 @@ impl StreamLog {
     pub async fn append(&mut self, object: Vec<u8>) -> Result<u64, ClusterError> {
         let payload = bytes::Bytes::from(object);
         let mut next_warning = tokio::time::Instant::now() + PATIENCE;
+        let mut resent = false;
         loop {
             match self.append_once(payload.clone()).await {
                 Err(e @ ClusterError::JetStream { .. }) => {
+                    if !resent && std::error::Error::source(&e).is_some_and(|s| s.is::<tokio::time::error::Elapsed>()) {
+                        resent = true;
+                        tracing::warn!(
+                            subject = self.subject,
+                            "an append was not acknowledged within {ACK_WAIT:?}; sending it again (deduplicated)"
+                        );
+                    }
                     if tokio::time::Instant::now() >= next_warning {
                         tracing::warn!(subject = self.subject, error = %e, "JetStream has not acknowledged an append for a while; still waiting");
                         next_warning += PATIENCE;
@@ -187,7 +200,10 @@ impl StreamLog {
             .send_publish(self.subject.clone(), publish)
             .await
             .map_err(|e| ClusterError::js(format!("publish to {}", self.subject), e))?;
-        match pending.await {
+        let acked = tokio::time::timeout(ACK_WAIT, pending).await.map_err(|elapsed| {
+            ClusterError::js(format!("wait for the acknowledgement of an entry of {}", self.subject), elapsed)
+        })?;
+        match acked {
             Ok(ack) => {
                 self.last = ack.sequence;
                 Ok(ack.sequence)
