@@ -60,7 +60,8 @@ pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long an append waits for JetStream's acknowledgement before it is sent again (the same
 /// append, deduplicated by its id). An acknowledgement lost with a connection would otherwise
-/// hold the step for the client's own wait (5 s), although the client reconnects at once.
+/// hold the record's writer (for the conversation, the step) for the client's own wait (5 s),
+/// although the client reconnects at once.
 pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Run `op` until it succeeds, fails for a reason other than JetStream not answering, or
