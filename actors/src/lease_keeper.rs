@@ -78,11 +78,7 @@ impl Actor for LeaseKeeper {
                 // lost one was stored).
                 let attempt = deadline.min(tokio::time::Instant::now() + state.every);
                 let renewed = tokio::time::timeout_at(attempt, lease.renew()).await;
-                let lost = ClusterError::Lost {
-                    session: state.session_id.clone(),
-                    host: lease.record().host.clone(),
-                    epoch: lease.record().epoch,
-                };
+                let lost = lease.lost();
                 drop(lease);
                 match renewed {
                     Ok(Ok(())) => {}

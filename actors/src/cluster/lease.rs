@@ -181,7 +181,8 @@ impl Lease {
         }
     }
 
-    fn lost(&self) -> ClusterError {
+    /// The error that says this lease is lost (`E-CLU-006`).
+    pub(crate) fn lost(&self) -> ClusterError {
         ClusterError::Lost { session: self.session.clone(), host: self.record.host.clone(), epoch: self.record.epoch }
     }
 
