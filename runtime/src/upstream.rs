@@ -18,9 +18,10 @@
 //! redirects returned, never followed), one request per connection at a time, the response is read
 //! by the guest through the same size limit. Nothing of a request stays on a pooled connection:
 //! keys are per request, no cookies are kept. A connection goes back to the pool once its
-//! response body was read to the end, or was dropped with its end already arrived (a driver
-//! stops at the provider's last event; see [`Body`]'s `Drop`); a body abandoned earlier closes
-//! it. An idle connection is closed when it is found older than [`IDLE`] or closed by the
+//! response body was read to the end, or was dropped with only its end unread (a driver stops
+//! at the provider's last event) and that end came within [`TAIL_WAIT`]: the one case in which a
+//! connection is read by a task of its own (see [`Body`]'s `Drop`). A body abandoned earlier
+//! closes it. An idle connection is closed when it is found older than [`IDLE`] or closed by the
 //! server at its next use, and at most [`IDLE_PER_HOST`] are kept per upstream. A request that a reused connection turned away
 //! before writing any of it (the server closed it meanwhile) goes out on another connection.
 //! Timeouts keep wasi:http's meaning: the connection and the response head within
@@ -294,7 +295,8 @@ async fn exchange(
 /// A response body with wasi:http's `between-bytes` timeout. Reading it drives its connection,
 /// which goes back to the pool once the body has been read to the end.
 pub(crate) struct Body {
-    inner: Incoming,
+    /// `None` only while being dropped (its tail may go on being read, see `Drop`).
+    inner: Option<Incoming>,
     /// The connection the body arrives on; `None` once it ended or went back to the pool.
     link: Option<(Key, Link)>,
     gap: Duration,
@@ -304,7 +306,8 @@ pub(crate) struct Body {
 impl Body {
     /// The body's next frame, if it is here.
     fn next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
-        match http_body::Body::poll_frame(Pin::new(&mut self.inner), cx) {
+        let Some(inner) = self.inner.as_mut() else { return Poll::Ready(None) };
+        match http_body::Body::poll_frame(Pin::new(inner), cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let until = tokio::time::Instant::now() + self.gap;
                 self.silence.as_mut().reset(until);
@@ -338,35 +341,75 @@ impl Body {
     }
 }
 
-/// What a dropped body may still read to reach its end (see [`Body`]'s `Drop`): a few pieces,
-/// at most this many bytes. A body abandoned with more unread closes its connection.
-const DRAIN_FRAMES: usize = 8;
+/// What a dropped body may still read to reach its end (see [`Body`]'s `Drop`): at most this
+/// many bytes, within [`TAIL_WAIT`]. A body abandoned with more unread, or whose end is
+/// slower, closes its connection.
 const DRAIN_BYTES: usize = 64 * 1024;
+const TAIL_WAIT: Duration = Duration::from_secs(1);
+
+/// The rest of a body its reader dropped, on its connection, read to see whether the
+/// connection can carry another request.
+struct Tail {
+    body: Incoming,
+    key: Key,
+    link: Link,
+    read: usize,
+}
+
+impl Tail {
+    /// `Ready(true)` once the body's end was read (the connection went back to the pool),
+    /// `Ready(false)` if the connection cannot be reused (it failed or ended, or more than
+    /// [`DRAIN_BYTES`] came), `Pending` while the end is still to come.
+    fn read(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        loop {
+            let frame = match http_body::Body::poll_frame(Pin::new(&mut self.body), cx) {
+                Poll::Pending if self.link.drive(cx) => return Poll::Ready(false),
+                Poll::Pending => ready!(http_body::Body::poll_frame(Pin::new(&mut self.body), cx)),
+                Poll::Ready(frame) => frame,
+            };
+            match frame {
+                Some(Ok(f)) => {
+                    self.read += f.data_ref().map_or(0, Bytes::len);
+                    if self.read > DRAIN_BYTES {
+                        return Poll::Ready(false);
+                    }
+                }
+                Some(Err(_)) => return Poll::Ready(false),
+                None => return Poll::Ready(true),
+            }
+        }
+    }
+}
 
 impl Drop for Body {
     /// A reader that stopped at the end of what it wanted (a driver stops at the provider's
-    /// last event) leaves only the end of the body unread. What of it has already arrived is
-    /// read here, without waiting, and the connection goes back to the pool if that reached
-    /// the end; otherwise the connection is closed with the body.
+    /// last event) leaves only the end of the body unread, and that end is often still on its
+    /// way: the server writes it just after the last event. What has arrived is read here; if
+    /// the end is not among it, a task of the runtime the body was dropped on waits for it, at
+    /// most [`TAIL_WAIT`] and [`DRAIN_BYTES`], and the connection goes back to the pool when it
+    /// comes. Otherwise (or with no runtime here) the connection is closed, so a provider whose
+    /// answer was abandoned midway stops sending it.
     fn drop(&mut self) {
-        if self.link.is_none() {
-            return;
-        }
+        let (Some(body), Some((key, link))) = (self.inner.take(), self.link.take()) else { return };
+        let mut tail = Tail { body, key, link, read: 0 };
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut drained = 0;
-        for _ in 0..DRAIN_FRAMES {
-            match self.next_driven(&mut cx) {
-                Poll::Ready(Some(Ok(f))) => {
-                    drained += f.data_ref().map_or(0, Bytes::len);
-                    if drained > DRAIN_BYTES {
-                        return;
-                    }
+        match tail.read(&mut cx) {
+            Poll::Ready(true) => checkin(tail.key, tail.link, &mut cx),
+            Poll::Ready(false) => {}
+            Poll::Pending => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    drop(runtime.spawn(read_tail(tail)));
                 }
-                // The end (`next` put the connection back), a failure, or nothing more has
-                // arrived: the connection goes with the body unless it was put back.
-                _ => return,
             }
         }
+    }
+}
+
+/// Wait for the end of a dropped body (see [`Body`]'s `Drop`), then put its connection back.
+async fn read_tail(mut tail: Tail) {
+    let ended = tokio::time::timeout(TAIL_WAIT, std::future::poll_fn(|cx| tail.read(cx))).await;
+    if matches!(ended, Ok(true)) {
+        checkin(tail.key, tail.link, &mut Context::from_waker(std::task::Waker::noop()));
     }
 }
 
@@ -387,11 +430,11 @@ impl http_body::Body for Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(http_body::Body::is_end_stream)
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        self.inner.as_ref().map(http_body::Body::size_hint).unwrap_or_default()
     }
 }
 
@@ -419,7 +462,7 @@ pub(crate) async fn send(
         Err(_) => return Err(HttpError::ConnectionReadTimeout),
     };
     let silence = Box::pin(tokio::time::sleep(gap));
-    Ok(response.map(|inner| Body { inner, link: Some((key, link)), gap, silence }))
+    Ok(response.map(|inner| Body { inner: Some(inner), link: Some((key, link)), gap, silence }))
 }
 
 #[cfg(test)]

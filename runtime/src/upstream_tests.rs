@@ -92,8 +92,98 @@ async fn a_body_whose_rest_has_arrived_gives_its_connection_back_when_dropped() 
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "each dropped body's connection was reused");
 }
 
+/// A loopback server whose one response (`first` then `rest`, with its length) waits at each
+/// `gate` permit before `rest`, as a provider's last event and the end of its body come in
+/// separate writes. Counts connections; reports each connection's close by its client.
+async fn gated_server(
+    first: &'static [u8],
+    rest: &'static [u8],
+    gate: Arc<tokio::sync::Notify>,
+) -> (std::net::SocketAddr, Arc<AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let (closed, closes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let (gate, closed) = (gate.clone(), closed.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        let _ = closed.send(());
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", first.len() + rest.len());
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        let _ = socket.write_all(first).await;
+                        // Waiting for the gate, the server still sees its client hang up.
+                        tokio::select! {
+                            () = gate.notified() => drop(socket.write_all(rest).await),
+                            n = socket.read(&mut buf) => if n.unwrap_or(0) == 0 {
+                                let _ = closed.send(());
+                                return;
+                            },
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted, closes)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_dropped_before_its_end_closes_its_connection() {
+async fn a_body_whose_end_comes_after_it_was_dropped_gives_its_connection_back() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (addr, accepted, _closes) = gated_server(b"event: last\n\n", b"\n", gate.clone()).await;
+    let response = send(get(addr), None).await.expect("an answer");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a first piece").expect("data");
+    assert_eq!(first.into_data().expect("data"), &b"event: last\n\n"[..]);
+    // The driver has its last event and drops the body; the end is still on its way.
+    drop(body);
+    assert_eq!(idle(addr), 0, "the end has not come yet");
+    gate.notify_one();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while idle(addr) == 0 {
+        assert!(Instant::now() < deadline, "the connection never went back to the pool");
+        tokio::task::yield_now().await;
+    }
+    gate.notify_one();
+    assert_eq!(fetch(addr).await, b"event: last\n\n\n");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the second request went on the first connection");
+}
+
+#[tokio::test]
+async fn a_dropped_body_whose_end_does_not_come_closes_its_connection() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (addr, accepted, mut closes) = gated_server(b"event: one\n\n", b"event: never\n\n", gate).await;
+    let response = send(get(addr), None).await.expect("an answer");
+    let mut body = response.into_body();
+    body.frame().await.expect("a first piece").expect("data");
+    // From here on the clock moves only when everything waits (the exchange above ran on real
+    // time: a paused clock would have jumped over its loopback round trips).
+    tokio::time::pause();
+    let dropped = tokio::time::Instant::now();
+    drop(body);
+    // The server never sends the rest: after the wait for it, the client hangs up, so a
+    // provider whose answer was abandoned stops sending it.
+    closes.recv().await.expect("the client closed the connection");
+    assert!(dropped.elapsed() >= TAIL_WAIT, "closed after the wait for the end, not before");
+    assert_eq!(idle(addr), 0);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_dropped_with_more_than_its_drain_left_closes_its_connection() {
     let (addr, accepted) = server(big(), false).await;
     let response = send(get(addr), None).await.expect("an answer");
     let mut body = response.into_body();
