@@ -357,7 +357,7 @@ struct Tail {
 }
 
 impl Tail {
-    /// `Ready(true)` once the body's end was read (the connection went back to the pool),
+    /// `Ready(true)` once the body's end was read (the connection may go back to the pool),
     /// `Ready(false)` if the connection cannot be reused (it failed or ended, or more than
     /// [`DRAIN_BYTES`] came), `Pending` while the end is still to come.
     fn read(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
