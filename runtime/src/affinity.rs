@@ -52,7 +52,7 @@ impl Place {
     fn worker_cpu(alone: bool) -> Option<usize> {
         let one_worker =
             tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1);
-        (alone && one_worker).then(rustix::thread::sched_getcpu).filter(|&cpu| cpu < CpuSet::MAX_CPU)
+        if alone && one_worker { current_cpu().filter(|&cpu| cpu < CpuSet::MAX_CPU) } else { None }
     }
 
     /// On the call's thread: move it there (one system call, none when it is kept there
@@ -82,6 +82,18 @@ impl Place {
             (None, None) => {}
         });
     }
+}
+
+/// The CPU this thread is on now (`None` when the kernel does not say). glibc's lookup, not
+/// rustix's: rustix reads the vDSO's ELF header at the address the auxiliary vector gives, and
+/// faults when nothing is mapped there (as under valgrind, which keeps the vector's entry but
+/// not the vDSO); glibc finds the vDSO through its own loader and falls back to the system
+/// call.
+#[allow(unsafe_code)]
+fn current_cpu() -> Option<usize> {
+    // SAFETY: `sched_getcpu` takes no arguments and only returns a number (-1 on failure).
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
 }
 
 #[cfg(test)]
@@ -145,7 +157,7 @@ mod tests {
         std::thread::spawn(move || {
             again.take();
             assert_eq!(allowed(), vec![cpu]);
-            assert_eq!(rustix::thread::sched_getcpu(), cpu, "moved there at once");
+            assert_eq!(current_cpu(), Some(cpu), "moved there at once");
             again.take();
             assert_eq!(allowed(), vec![cpu], "kept there");
             // A call that is not to be kept gives the thread back its CPUs.
