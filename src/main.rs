@@ -1,5 +1,6 @@
 //! `capsule`: run Murmur capsules. See `capsule --help` and the README.
 
+mod call_inputs;
 mod cli_run;
 mod control_cli;
 mod demo;
