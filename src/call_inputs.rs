@@ -99,22 +99,32 @@ impl CallInputs {
         Some(file)
     }
 
-    /// Keep the input of a `tool_call_started` line.
+    /// Keep the input of a `tool_call_started` line, as the trace wrote it.
     fn note(&mut self, line: &[u8]) {
-        const MARK: &[u8] = b"\"tool_call_started\"";
-        if !line.windows(MARK.len()).any(|w| w == MARK) {
+        let Ok(text) = std::str::from_utf8(line) else { return };
+        if !text.contains("\"tool_call_started\"") {
             return;
         }
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) else { return };
-        let (Some("tool_call_started"), Some(id)) = (event["event_type"].as_str(), event["tool_call_id"].as_str())
-        else {
+        let Ok(event) = serde_json::from_str::<Started<'_>>(text) else { return };
+        if event.event_type != "tool_call_started" {
             return;
-        };
+        }
         if self.pending.len() == PENDING {
             self.pending.pop_front();
         }
-        self.pending.push_back((id.to_string(), event["input"].to_string()));
+        self.pending.push_back((event.tool_call_id.into_owned(), event.input.get().to_string()));
     }
+}
+
+/// The fields of a trace line the printer reads; the others are skipped unread.
+#[derive(serde::Deserialize)]
+struct Started<'a> {
+    #[serde(borrow)]
+    event_type: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    tool_call_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    input: &'a serde_json::value::RawValue,
 }
 
 #[cfg(test)]
