@@ -75,14 +75,15 @@ fn render_frame(f: &NumberedFrame, style: Style, inputs: Option<&mut CallInputs>
         }
         Frame::Artifact { artifact, .. } => {
             let mark = if artifact.is_error == Some(true) { "✗" } else { "✓" };
-            let content = artifact.content.clone().unwrap_or_default();
-            let first = content.lines().next().unwrap_or("");
-            let more = if content.lines().count() > 1 { " …" } else { "" };
+            // The first line, and whether there are more, without copying or counting them all.
+            let mut lines = artifact.content.as_deref().unwrap_or_default().lines();
+            let first = lines.next().unwrap_or("");
+            let more = if lines.next().is_some() { " …" } else { "" };
             let input = match (inputs, &artifact.tool_call_id) {
                 (Some(inputs), Some(id)) => inputs.take(id).map(|i| format!(" {}", dim(&i))).unwrap_or_default(),
                 _ => String::new(),
             };
-            let _ = writeln!(out, "{mark} {}{input} {}{more}", artifact.tool_name.clone().unwrap_or_default(), first);
+            let _ = writeln!(out, "{mark} {}{input} {first}{more}", artifact.tool_name.as_deref().unwrap_or_default());
         }
         Frame::Status { status, .. } => match status.state {
             TaskState::Working => {
