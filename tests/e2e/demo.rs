@@ -104,6 +104,14 @@ fn capsule_demo_runs_through_the_openai_driver_too_and_ends_with_one_summary_lin
     let summary: Vec<&str> = stderr.lines().filter(|l| l.starts_with("ok · ")).collect();
     assert_eq!(summary.len(), 1, "one summary line: {stderr}");
     assert!(summary[0].contains("3 turns") && summary[0].contains("tokens in"), "{}", summary[0]);
+    // The tokens are the trace's own sums: the stub reports usage on every answer.
+    let tokens: Vec<u64> = summary[0]
+        .split(" · ")
+        .nth(2)
+        .and_then(|t| t.strip_suffix(" out"))
+        .map(|t| t.split(" tokens in, ").filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    assert!(tokens.len() == 2 && tokens.iter().all(|&n| n > 0), "tokens in and out counted: {}", summary[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
