@@ -136,7 +136,7 @@ async fn file_tool(host: &Host) {
     }
     let grants = Grants {
         role: ArtifactRole::Tool,
-        env: Vec::new(),
+        env: Vec::new().into(),
         preopen: Some(Scope { workdir: dir.path().to_path_buf(), relative: ".".into() }),
         limits: limits(),
         policy: OutgoingPolicy::default(),

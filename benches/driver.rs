@@ -103,7 +103,8 @@ fn grants(provider: Provider, endpoint: &str) -> Grants {
             ("MURMUR_INFERENCE_MODEL".into(), MODEL.into()),
             ("MURMUR_INFERENCE_DRIVER".into(), provider.name().into()),
             ("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()),
-        ],
+        ]
+        .into(),
         preopen: None,
         disk: Default::default(),
         limits: Limits { deadline_seconds: 120, ..Limits::default() },

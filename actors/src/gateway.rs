@@ -105,6 +105,43 @@ pub struct GatewayState {
     args: GatewayArgs,
     /// The driver's next instance, made while the provider answers (`capsule_runtime::Ahead`).
     ahead: Ahead,
+    /// The environment of the last call and the choice it was made for.
+    env: Option<CallEnv>,
+}
+
+/// A call's driver environment: the launch's, with the choice's model and driver config.
+struct CallEnv {
+    model: String,
+    config: Option<String>,
+    env: Arc<[(String, String)]>,
+}
+
+impl CallEnv {
+    /// The environment for a call of `model` with `config`, `last`'s when it was made for the
+    /// same choice (each call of a session, until an operator switches): built again only on a
+    /// switch.
+    fn of(
+        last: &mut Option<CallEnv>,
+        launch: &[(String, String)],
+        model: &str,
+        config: Option<String>,
+    ) -> Arc<[(String, String)]> {
+        if let Some(e) = last.as_ref()
+            && e.model == model
+            && e.config == config
+        {
+            return e.env.clone();
+        }
+        let env: Arc<[(String, String)]> = launch
+            .iter()
+            .filter(|(k, _)| k != "MURMUR_INFERENCE_MODEL" && k != "MURMUR_INFERENCE_DRIVER_CONFIG")
+            .cloned()
+            .chain(std::iter::once(("MURMUR_INFERENCE_MODEL".to_string(), model.to_string())))
+            .chain(config.clone().map(|c| ("MURMUR_INFERENCE_DRIVER_CONFIG".to_string(), c)))
+            .collect();
+        *last = Some(CallEnv { model: model.to_string(), config, env: env.clone() });
+        env
+    }
 }
 
 impl Actor for Gateway {
@@ -118,7 +155,7 @@ impl Actor for Gateway {
         args: GatewayArgs,
     ) -> Result<GatewayState, ActorProcessingErr> {
         let ahead = Ahead::telling(args.waits.clone());
-        Ok(GatewayState { args, ahead })
+        Ok(GatewayState { args, ahead, env: None })
     }
 
     async fn handle(
@@ -159,7 +196,7 @@ struct Call {
 }
 
 async fn infer(state: &mut GatewayState, call: Call, request: &WireRequest) -> InferReply {
-    let GatewayState { args: state, ahead } = state;
+    let GatewayState { args: state, ahead, env: last_env } = state;
     let Call { task_id, config, frames, traceparent, gate } = call;
     let started = Instant::now();
     let artifact = state.artifact.name().to_string();
@@ -186,11 +223,7 @@ async fn infer(state: &mut GatewayState, call: Call, request: &WireRequest) -> I
     grants.policy.gateway = route;
     grants.policy.gate = gate;
     // The choice's model and driver config, per call (two choices may share this driver).
-    grants.env.retain(|(k, _)| k != "MURMUR_INFERENCE_MODEL" && k != "MURMUR_INFERENCE_DRIVER_CONFIG");
-    grants.env.push(("MURMUR_INFERENCE_MODEL".into(), request.model.clone()));
-    if let Some(c) = config {
-        grants.env.push(("MURMUR_INFERENCE_DRIVER_CONFIG".into(), c));
-    }
+    grants.env = CallEnv::of(last_env, &state.grants.env, &request.model, config);
     let coalescer = frames.then(|| Peer::of(sid, role::COALESCER).find::<CoalescerMsg>().ok()).flatten();
     let emitter = frames.then(|| Peer::of(sid, role::EMITTER).find::<EmitterMsg>().ok()).flatten();
     let sink = DriverSink { task_id, emitter, coalescer: coalescer.clone() };
@@ -244,5 +277,46 @@ async fn infer(state: &mut GatewayState, call: Call, request: &WireRequest) -> I
         call_time: started.elapsed(),
         continuation_id,
         upstream: outcome.upstream,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn a_call_env_is_rebuilt_only_when_the_choice_changes() {
+        let launch: Vec<(String, String)> = [
+            ("MURMUR_INFERENCE_ENDPOINT", "http://gw"),
+            ("MURMUR_INFERENCE_MODEL", "launch-model"),
+            ("MURMUR_INFERENCE_DRIVER_CONFIG", r#"{"tier":"a"}"#),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let mut last = None;
+        let a = CallEnv::of(&mut last, &launch, "m1", Some("c1".into()));
+        assert_eq!(
+            pairs(&a),
+            [
+                ("MURMUR_INFERENCE_ENDPOINT", "http://gw"),
+                ("MURMUR_INFERENCE_MODEL", "m1"),
+                ("MURMUR_INFERENCE_DRIVER_CONFIG", "c1")
+            ]
+        );
+        // The same choice again: the same environment, not a copy.
+        assert!(Arc::ptr_eq(&a, &CallEnv::of(&mut last, &launch, "m1", Some("c1".into()))));
+        // Another model, then no config: each seen in the environment.
+        let b = CallEnv::of(&mut last, &launch, "m2", Some("c1".into()));
+        assert_eq!(pairs(&b)[1], ("MURMUR_INFERENCE_MODEL", "m2"));
+        let c = CallEnv::of(&mut last, &launch, "m2", None);
+        assert_eq!(pairs(&c), [("MURMUR_INFERENCE_ENDPOINT", "http://gw"), ("MURMUR_INFERENCE_MODEL", "m2")]);
+        // Back to the first choice: built again, equal to the first.
+        let d = CallEnv::of(&mut last, &launch, "m1", Some("c1".into()));
+        assert!(!Arc::ptr_eq(&a, &d));
+        assert_eq!(a, d);
     }
 }

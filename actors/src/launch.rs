@@ -425,7 +425,7 @@ pub(crate) fn grants_for(
             let limits = Limits { deadline_seconds, ..caps.limits };
             return Ok(Grants {
                 role: ArtifactRole::Hook,
-                env,
+                env: env.into(),
                 preopen: None,
                 limits,
                 policy: OutgoingPolicy { allow: Vec::new(), gateway: None, gate: None },
@@ -445,7 +445,7 @@ pub(crate) fn grants_for(
     let allow = caps.network.allow.iter().filter_map(|e| manifest::AllowRule::parse(e).ok()).collect();
     Ok(Grants {
         role,
-        env,
+        env: env.into(),
         preopen,
         limits: caps.limits,
         policy: OutgoingPolicy { allow, gateway: None, gate: None },

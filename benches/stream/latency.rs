@@ -107,7 +107,8 @@ pub(crate) async fn latency_driver(host: &Host) -> LatencyRow {
         env: vec![
             ("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()),
             ("MURMUR_INFERENCE_MODEL".into(), "claude-bench".into()),
-        ],
+        ]
+        .into(),
         preopen: None,
         disk: Default::default(),
         limits: Limits { deadline_seconds: 60, ..Limits::default() },

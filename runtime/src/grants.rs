@@ -5,6 +5,7 @@
 
 use capsule_protocol::manifest::Limits;
 use std::path::PathBuf;
+use std::sync::Arc;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -33,7 +34,9 @@ pub struct Grants {
     /// Driver or tool.
     pub role: ArtifactRole,
     /// The environment, already filtered (MURMUR_* plus `env.allow`, never credentials).
-    pub env: Vec<(String, String)>,
+    /// Shared: a call's grants are cloned for each instance made, and a clone of the
+    /// environment is a count, not a copy of every name and value.
+    pub env: Arc<[(String, String)]>,
     /// The folder preopened as `.` (tools only), resolved at every call.
     pub preopen: Option<Scope>,
     /// Per-call limits.
@@ -104,7 +107,7 @@ impl Grants {
         b.stderr(stderr);
         b.allow_blocking_current_thread(inline_files);
         b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
-        for (k, v) in &self.env {
+        for (k, v) in self.env.iter() {
             b.env(k, v);
         }
         if let Some(dir) = folder {

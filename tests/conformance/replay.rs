@@ -81,7 +81,8 @@ pub async fn replay(driver: &Driver, fixture: &Fixture) -> Result<Observed, Stri
             ("MURMUR_INFERENCE_MODEL".into(), MODEL.into()),
             ("MURMUR_INFERENCE_DRIVER".into(), driver.name.clone()),
             ("MURMUR_INFERENCE_TRANSPORT".into(), "http".into()),
-        ],
+        ]
+        .into(),
         preopen: None,
         disk: Default::default(),
         limits: Limits { deadline_seconds: DEADLINE_SECONDS, ..Limits::default() },

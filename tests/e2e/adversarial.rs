@@ -12,7 +12,7 @@ use std::sync::Arc;
 fn tool_grants(preopen: Option<std::path::PathBuf>, limits: Limits) -> Grants {
     Grants {
         role: ArtifactRole::Tool,
-        env: vec![],
+        env: Vec::new().into(),
         preopen: preopen.map(|workdir| Scope { workdir, relative: ".".into() }),
         limits,
         policy: OutgoingPolicy::default(),

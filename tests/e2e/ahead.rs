@@ -17,7 +17,7 @@ use std::sync::Arc;
 fn grants(env: &str, allow: Option<AllowRule>) -> Grants {
     Grants {
         role: ArtifactRole::Tool,
-        env: vec![("WHICH".into(), env.into())],
+        env: vec![("WHICH".into(), env.into())].into(),
         preopen: None,
         limits: Limits::default(),
         policy: OutgoingPolicy { allow: allow.into_iter().collect(), ..OutgoingPolicy::default() },

@@ -60,7 +60,8 @@ fn gated_driver(endpoint: &str, gate: capsule_runtime::SendGate, deadline_second
             ("MURMUR_INFERENCE_ENDPOINT".into(), gateway_address()),
             ("MURMUR_INFERENCE_MODEL".into(), "claude-test".into()),
             ("MURMUR_INFERENCE_DRIVER".into(), "anthropic".into()),
-        ],
+        ]
+        .into(),
         preopen: None,
         disk: Default::default(),
         limits: Limits { deadline_seconds, ..Limits::default() },

@@ -153,7 +153,7 @@ impl Tree {
     pub fn grants(&self, limits: Limits, disk: DiskMeter) -> Grants {
         Grants {
             role: ArtifactRole::Tool,
-            env: vec![],
+            env: Vec::new().into(),
             preopen: Some(Scope { workdir: self.files(), relative: ".".into() }),
             limits,
             policy: OutgoingPolicy::default(),
