@@ -9,6 +9,7 @@ mod inspect;
 mod install;
 mod printer;
 mod sse_client;
+mod summary;
 mod watch;
 
 use capsule_actors::workers::Workers;
