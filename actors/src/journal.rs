@@ -176,22 +176,23 @@ impl Actor for Journal {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             JournalMsg::Trace(ev) => {
-                let _ = write_line(state.trace.as_mut(), &ev, &mut state.failed_writes).await;
+                let written = state.trace.append(ev.into_line()).await;
+                let _ = count_failure(written, &mut state.failed_writes);
             }
             JournalMsg::Append { events, messages, reply } => {
-                if let Some(kind) = state.fail_next.filter(|k| events.iter().any(|e| e.event_type == k.as_str())) {
+                if let Some(kind) = state.fail_next.filter(|k| events.iter().any(|e| e.kind() == *k)) {
                     state.fail_next = None;
                     state.failed_writes += 1;
                     let source = LogError::Io(std::io::Error::other(format!("injected failure of a {kind:?} step")));
                     let _ = reply.send(Err(WriteFailed { file: state.paths.trace_path.clone(), source }));
                     return Ok(());
                 }
-                let _ = reply.send(append(state, None, &messages, &events).await);
+                let _ = reply.send(append(state, None, messages, events).await);
             }
             JournalMsg::InjectFailure(kind) => state.fail_next = Some(kind),
             JournalMsg::Replace { events, messages, reply } => {
                 let marker = serde_json::json!({CONTEXT_REPLACED: {"messages": messages.len()}});
-                let _ = reply.send(append(state, Some(marker), &messages, &events).await);
+                let _ = reply.send(append(state, Some(marker), messages, events).await);
             }
             JournalMsg::Flush(reply) => {
                 state.remember();
@@ -231,8 +232,8 @@ impl JournalState {
 async fn append(
     state: &mut JournalState,
     marker: Option<serde_json::Value>,
-    messages: &[Box<RawValue>],
-    events: &[TraceEvent],
+    messages: Vec<Box<RawValue>>,
+    events: Vec<TraceEvent>,
 ) -> Result<(), WriteFailed> {
     // A replaced context's marker comes first; if it is not written, nothing else is.
     if let Some(m) = marker
@@ -240,18 +241,13 @@ async fn append(
     {
         return Err(WriteFailed { file: state.paths.conversation_path.clone(), source });
     }
-    let lines = messages.iter().map(|m| m.get().as_bytes().to_vec()).collect();
+    // Each line moves into its write: a message's text and an event's line, both serialized
+    // once where they were made.
+    let lines = messages.into_iter().map(|m| String::from(Box::<str>::from(m)).into_bytes()).collect();
     let conversation = append_all(state.conversation.as_mut(), lines);
-    // A trace event that cannot be serialized (not expected of the runtime's own type) is a
-    // failed write; the others are still written.
-    let (lines, unserialized): (Vec<_>, Vec<_>) = events.iter().map(serde_json::to_vec).partition(Result::is_ok);
-    let trace = append_all(state.trace.as_mut(), lines.into_iter().filter_map(Result::ok).collect());
+    let trace = append_all(state.trace.as_mut(), events.into_iter().map(TraceEvent::into_line).collect());
     let ((conversation, conversation_failed), (trace, trace_failed)) = futures::future::join(conversation, trace).await;
-    state.failed_writes += conversation_failed + trace_failed + unserialized.len() as u64;
-    let trace = match unserialized.into_iter().find_map(Result::err) {
-        Some(e) => trace.and(Err(LogError::Io(std::io::Error::other(e)))),
-        None => trace,
-    };
+    state.failed_writes += conversation_failed + trace_failed;
     let paths = &state.paths;
     conversation
         .map_err(|source| WriteFailed { file: paths.conversation_path.clone(), source })

@@ -190,7 +190,7 @@ impl Session {
             system: prepared.system.clone(),
             tools,
             out_dir,
-            choices: choices.clone(),
+            choices: choices.clone().into(),
             choice_in_use: credentials_book.choice_in_use(),
             cap: Default::default(),
             stamp_producers: !m.inference.alternates.is_empty(),

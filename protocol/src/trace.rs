@@ -94,35 +94,92 @@ impl TraceKind {
     }
 }
 
-/// One trace line.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// One trace line, serialized when it is made: `{"event_type":…,"session_id":…,"timestamp":…`
+/// and then the event's own fields, in one buffer. A hot event (one per turn) passes a borrowed
+/// struct of its fields, so the line costs one allocation and no intermediate JSON map.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEvent {
-    /// Event type.
-    pub event_type: String,
-    /// Session id.
-    pub session_id: String,
-    /// Milliseconds since the UNIX epoch.
-    pub timestamp: u64,
-    /// The event's own fields.
-    #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    kind: TraceKind,
+    line: Vec<u8>,
 }
 
 impl TraceEvent {
-    /// Build an event; `fields` must be a JSON object (anything else is stored under `value`).
+    /// Build an event from a JSON value; `fields` must be a JSON object (`null` is no fields;
+    /// anything else is stored under `value`).
     pub fn new(kind: TraceKind, session_id: &str, timestamp: u64, fields: Value) -> Self {
         let fields = match fields {
             Value::Object(m) => m,
             Value::Null => Map::new(),
-            other => {
-                let mut m = Map::new();
-                m.insert("value".into(), other);
-                m
-            }
+            other => Map::from_iter([("value".to_string(), other)]),
         };
-        TraceEvent { event_type: kind.as_str().to_string(), session_id: session_id.to_string(), timestamp, fields }
+        // A JSON map of strings to values always serializes.
+        Self::of(kind, session_id, timestamp, &fields)
+            .unwrap_or_else(|e| Self::unserialized(kind, session_id, timestamp, &e))
+    }
+
+    /// Build an event from `fields`, anything that serializes as a JSON object (a struct or a
+    /// map). An error is the serializer's; a value that is not an object is refused as one.
+    pub fn of(
+        kind: TraceKind,
+        session_id: &str,
+        timestamp: u64,
+        fields: &impl Serialize,
+    ) -> Result<Self, serde_json::Error> {
+        let mut line = Self::head(kind, session_id, timestamp);
+        let at = line.len();
+        serde_json::to_writer(&mut line, fields)?;
+        match &line[at..] {
+            b"{}" => {
+                line.truncate(at);
+                line.push(b'}');
+            }
+            [b'{', ..] => line[at] = b',',
+            _ => return Err(serde::ser::Error::custom("a trace event's fields must be a JSON object")),
+        }
+        Ok(TraceEvent { kind, line })
+    }
+
+    /// The event in place of one whose fields could not be serialized: what was meant, and why.
+    pub fn unserialized(kind: TraceKind, session_id: &str, timestamp: u64, error: &serde_json::Error) -> Self {
+        let mut line = Self::head(kind, session_id, timestamp);
+        line.extend_from_slice(b",\"unserialized\":");
+        // A string always serializes.
+        let _ = serde_json::to_writer(&mut line, &error.to_string());
+        line.push(b'}');
+        TraceEvent { kind, line }
+    }
+
+    /// `{"event_type":…,"session_id":…,"timestamp":…` without the closing brace.
+    fn head(kind: TraceKind, session_id: &str, timestamp: u64) -> Vec<u8> {
+        use std::io::Write;
+        let mut line = Vec::with_capacity(LINE_CAPACITY);
+        line.extend_from_slice(b"{\"event_type\":\"");
+        line.extend_from_slice(kind.as_str().as_bytes());
+        line.extend_from_slice(b"\",\"session_id\":");
+        // A string always serializes.
+        let _ = serde_json::to_writer(&mut line, session_id);
+        let _ = write!(line, ",\"timestamp\":{timestamp}");
+        line
+    }
+
+    /// The event's kind.
+    pub fn kind(&self) -> TraceKind {
+        self.kind
+    }
+
+    /// The line's JSON text (one object, no newline).
+    pub fn line(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// The line's JSON text, owned.
+    pub fn into_line(self) -> Vec<u8> {
+        self.line
     }
 }
+
+/// Room for a typical line without growing (an `inference` line is about 400 bytes).
+const LINE_CAPACITY: usize = 512;
 
 /// How a task ended (CONTRACT §9).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -150,5 +207,58 @@ impl ExitStatus {
             ExitStatus::SpendCeilingReached => "spend_ceiling_reached",
             ExitStatus::Canceled => "canceled",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(e: &TraceEvent) -> Map<String, Value> {
+        serde_json::from_slice(e.line()).expect("a trace line is one JSON object")
+    }
+
+    #[test]
+    fn a_line_has_the_head_then_the_fields_of_a_struct_or_a_value() {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            task_id: &'a str,
+            turn: u32,
+            error: Option<&'a str>,
+        }
+        let typed =
+            TraceEvent::of(TraceKind::Inference, "ses_\"1\"", 7, &Fields { task_id: "t", turn: 3, error: None })
+                .expect("a struct serializes");
+        let from_value = TraceEvent::new(
+            TraceKind::Inference,
+            "ses_\"1\"",
+            7,
+            serde_json::json!({"task_id": "t", "turn": 3, "error": null}),
+        );
+        for e in [&typed, &from_value] {
+            let m = parsed(e);
+            assert_eq!(m["event_type"], "inference");
+            assert_eq!(m["session_id"], "ses_\"1\"");
+            assert_eq!(m["timestamp"], 7);
+            assert_eq!(m["task_id"], "t");
+            assert_eq!(m["turn"], 3);
+            assert_eq!(m["error"], Value::Null);
+            assert_eq!(m.len(), 6, "{}", String::from_utf8_lossy(e.line()));
+            assert_eq!(e.kind(), TraceKind::Inference);
+        }
+    }
+
+    #[test]
+    fn no_fields_a_scalar_and_a_non_object_are_each_handled() {
+        let none = TraceEvent::new(TraceKind::SessionEnd, "s", 1, Value::Null);
+        assert_eq!(parsed(&none).len(), 3);
+        #[derive(Serialize)]
+        struct Empty {}
+        assert_eq!(parsed(&TraceEvent::of(TraceKind::SessionEnd, "s", 1, &Empty {}).expect("empty")).len(), 3);
+        let scalar = TraceEvent::new(TraceKind::SessionEnd, "s", 1, serde_json::json!(5));
+        assert_eq!(parsed(&scalar)["value"], 5);
+        let refused = TraceEvent::of(TraceKind::SessionEnd, "s", 1, &[1, 2]).expect_err("an array is not an object");
+        let stand_in = TraceEvent::unserialized(TraceKind::SessionEnd, "s", 1, &refused);
+        assert!(parsed(&stand_in)["unserialized"].as_str().is_some_and(|m| m.contains("JSON object")));
     }
 }

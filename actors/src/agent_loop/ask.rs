@@ -94,7 +94,7 @@ impl LoopState {
             return;
         };
         let asked = json!({"task_id": task_id, "prompt": prompt});
-        if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::InputRequired, asked)]).await {
+        if let Err(e) = self.journal(Vec::new(), vec![self.event(TraceKind::InputRequired, asked)]).await {
             return self.fail_unjournaled(e).await;
         }
         self.asked += 1;
@@ -139,7 +139,7 @@ impl LoopState {
             return Some(Err(InputRefusal::NotWaiting { task_id: task_id.to_string(), state: rec.state }));
         }
         let given = json!({"task_id": task_id, "bytes": text.len()});
-        if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::InputProvided, given)]).await {
+        if let Err(e) = self.journal(Vec::new(), vec![self.event(TraceKind::InputProvided, given)]).await {
             return Some(Err(InputRefusal::Unjournaled(e.to_string())));
         }
         if let Some(tx) = self.running.as_mut().and_then(|r| r.waiting.take()) {

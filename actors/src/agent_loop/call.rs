@@ -11,11 +11,15 @@ use crate::peer::{Peer, PeerError, wait};
 use crate::spend::SpendMsg;
 
 /// The tool calls among a reply's blocks, in order: `(id, name, input)`.
-pub(crate) fn tool_calls(content: &[Block]) -> Vec<(String, String, serde_json::Value)> {
+/// A tool call of a turn, `(id, name, input)`: shared, so each step of the call takes it
+/// without copying its input.
+pub(crate) type TurnCall = std::sync::Arc<(String, String, serde_json::Value)>;
+
+pub(crate) fn tool_calls(content: &[Block]) -> Vec<TurnCall> {
     content
         .iter()
         .filter_map(|b| match b {
-            Block::ToolCall { id, name, input } => Some((id.clone(), name.clone(), input.clone())),
+            Block::ToolCall { id, name, input } => Some(std::sync::Arc::new((id.clone(), name.clone(), input.clone()))),
             _ => None,
         })
         .collect()

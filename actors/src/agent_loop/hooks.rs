@@ -193,7 +193,7 @@ impl LoopState {
         input_tokens: u64,
         output_tokens: u64,
         text: &str,
-        calls: &[(String, String, serde_json::Value)],
+        calls: &[super::call::TurnCall],
     ) {
         self.totals.input_tokens += input_tokens;
         self.totals.output_tokens += output_tokens;

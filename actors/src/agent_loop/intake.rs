@@ -62,7 +62,7 @@ impl LoopState {
             // lose it (a resumed session runs it).
             let queued =
                 json!({"task_id": record.id, "context_id": record.context_id, "text": text, "position": position});
-            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::TaskQueued, queued)]).await {
+            if let Err(e) = self.journal(Vec::new(), vec![self.event(TraceKind::TaskQueued, queued)]).await {
                 return self.refuse_unjournaled(record, accepted, reply, e);
             }
             self.tasks.insert(record.id.clone(), record.clone());
@@ -142,7 +142,7 @@ impl LoopState {
             // cancel that cannot be journaled is not applied (the task stays queued).
             let message = "canceled by a client before it started";
             let ended = json!({"task_id": id, "exit_status": ExitStatus::Canceled.as_str(), "turns": 0, "duration_ms": 0, "message": message});
-            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::TaskEnd, ended)]).await {
+            if let Err(e) = self.journal(Vec::new(), vec![self.event(TraceKind::TaskEnd, ended)]).await {
                 tracing::error!(error = %e, task = id, "the cancel of a queued task could not be journaled; it stays queued");
                 return self.tasks.get(id).cloned();
             }

@@ -18,6 +18,7 @@ mod compaction;
 mod context;
 mod hooks;
 mod intake;
+mod lines;
 mod peers;
 mod resume;
 mod settings;
@@ -218,7 +219,7 @@ pub struct LoopConfig {
     /// Where `result.txt` goes.
     pub out_dir: PathBuf,
     /// Driver choices, primary first.
-    pub choices: Vec<crate::choices::DriverChoice>,
+    pub choices: std::sync::Arc<[crate::choices::DriverChoice]>,
     /// Which choice is in use: decided by the credentials actor, read here per call.
     pub choice_in_use: crate::credentials::ChoiceInUse,
     /// A controller's `inference.max_tokens`: owned by the loop, kept across its restarts.

@@ -167,13 +167,13 @@ impl LoopState {
     async fn continue_calls(
         &mut self,
         myself: &ActorRef<LoopMsg>,
-        calls: Vec<(String, String, serde_json::Value)>,
+        calls: Vec<super::call::TurnCall>,
         interrupted: &HashSet<String>,
     ) {
         let answered: HashSet<String> =
             self.conversation.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.clone()).collect();
         let mut next = 0;
-        for (i, (id, name, _)) in calls.iter().enumerate() {
+        for (i, (id, name, _)) in calls.iter().map(|c| &**c).enumerate() {
             if answered.contains(id) {
                 next = i + 1;
                 continue;
@@ -184,7 +184,7 @@ impl LoopState {
                 );
                 let fields = json!({"tool_call_id": id, "tool_name": name, "is_error": true, "interrupted": true, "content": content});
                 let result = Message::tool_result(id.clone(), content, true);
-                if let Err(e) = self.record_with(result, vec![(TraceKind::ToolCall, fields)]).await {
+                if let Err(e) = self.record_with(result, vec![self.event(TraceKind::ToolCall, fields)]).await {
                     return self.fail_unjournaled(e).await;
                 }
                 next = i + 1;

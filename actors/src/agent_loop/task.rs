@@ -29,7 +29,7 @@ pub struct Running {
     pub(crate) started: Instant,
     pub(crate) turn_started: Instant,
     /// Tool calls of the current turn: (id, name, input), and the next to run.
-    pub(crate) calls: Vec<(String, String, serde_json::Value)>,
+    pub(crate) calls: Vec<super::call::TurnCall>,
     pub(crate) next_call: usize,
     pub(crate) call_started: Instant,
     /// The next call's `tool_call_started` is already journaled (it went in the reply's append).
@@ -61,20 +61,37 @@ impl LoopState {
 
     /// A trace line that no step waits for (an observation, not a step).
     pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
-        let event = TraceEvent::new(kind, self.sid(), crate::now_ms(), fields);
+        self.trace_event(self.event(kind, fields));
+    }
+
+    /// [`trace`](LoopState::trace) for an event already made.
+    pub(crate) fn trace_event(&self, event: TraceEvent) {
+        let kind = event.kind();
         if let Err(e) = self.peer(role::JOURNAL).tell(JournalMsg::Trace(event)) {
             tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line was not written");
         }
     }
 
+    /// A trace line of this session, stamped now, from a JSON value.
+    pub(crate) fn event(&self, kind: TraceKind, fields: serde_json::Value) -> TraceEvent {
+        TraceEvent::new(kind, self.sid(), crate::now_ms(), fields)
+    }
+
+    /// A trace line of this session, stamped now, from a struct of its fields (the lines every
+    /// turn writes, [`super::lines`]). One that does not serialize (not expected of those
+    /// types) is written as what was meant and why, and logged.
+    pub(crate) fn event_of(&self, kind: TraceKind, fields: &impl serde::Serialize) -> TraceEvent {
+        let now = crate::now_ms();
+        TraceEvent::of(kind, self.sid(), now, fields).unwrap_or_else(|e| {
+            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line's fields did not serialize");
+            TraceEvent::unserialized(kind, self.sid(), now, &e)
+        })
+    }
+
     /// Add a message to the context once it is written to the conversation record, with
     /// `events` (trace lines that belong to the same step) written after it. When the write
     /// fails the message does not enter the context and the caller must not act on it.
-    pub(crate) async fn record_with(
-        &mut self,
-        m: Message,
-        events: Vec<(TraceKind, serde_json::Value)>,
-    ) -> Result<(), JournalError> {
+    pub(crate) async fn record_with(&mut self, m: Message, events: Vec<TraceEvent>) -> Result<(), JournalError> {
         // Serialized once: the journal writes this text and the context keeps it.
         let json = serde_json::value::to_raw_value(&m).map_err(JournalError::Serialize)?;
         self.journal(vec![json.clone()], events).await?;
@@ -90,19 +107,13 @@ impl LoopState {
     pub(crate) async fn journal(
         &mut self,
         messages: Vec<Box<serde_json::value::RawValue>>,
-        events: Vec<(TraceKind, serde_json::Value)>,
+        events: Vec<TraceEvent>,
     ) -> Result<(), JournalError> {
         // A step never follows one that may not have been written.
         self.settle().await?;
-        let events = self.trace_events(events);
         let wait = self.journal_wait();
         self.peer(role::JOURNAL).ask(|reply| JournalMsg::Append { events, messages, reply }, wait).await??;
         Ok(())
-    }
-
-    /// A step's trace lines, stamped now.
-    pub(crate) fn trace_events(&self, events: Vec<(TraceKind, serde_json::Value)>) -> Vec<TraceEvent> {
-        events.into_iter().map(|(k, f)| TraceEvent::new(k, self.sid(), crate::now_ms(), f)).collect()
     }
 
     /// How long a step waits for its journal write. A clustered journal waits for JetStream as
@@ -167,7 +178,9 @@ impl LoopState {
         self.running = Some(running);
         // One awaited append: the user message and `task_start` are written before the task
         // acts (and before its submitter hears it was accepted).
-        if let Err(e) = self.record_with(Message::user_text(text), vec![(TraceKind::TaskStart, started)]).await {
+        if let Err(e) =
+            self.record_with(Message::user_text(text), vec![self.event(TraceKind::TaskStart, started)]).await
+        {
             return self.fail_unjournaled(e).await;
         }
         self.task_started(&task_id, &context_id, input_bytes).await;
@@ -206,7 +219,8 @@ impl LoopState {
         });
         let c = &self.config;
         let active = c.choice_in_use.get().min(c.choices.len().saturating_sub(1));
-        let choice = c.choices[active].clone();
+        let choices = c.choices.clone();
+        let choice = &choices[active];
         let max_tokens = c.cap.get().unwrap_or(choice.max_tokens);
         if !c.control_settings.is_empty() && self.last_applied.is_some_and(|l| l != (active, max_tokens)) {
             self.trace(
@@ -315,22 +329,30 @@ impl LoopState {
             let message = refusal.to_string();
             return self.finish(ExitStatus::SpendCeilingReached, message).await;
         }
-        let used_choice = self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)].clone();
-        let (stop, error) = match &reply.result {
-            Ok(resp) => (json!(resp.stop_reason), serde_json::Value::Null),
-            Err(e) => (json!("error"), json!({"code": e.code().as_str(), "message": e.to_string()})),
+        let choices = self.config.choices.clone();
+        let used_choice = &choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)];
+        let failure = reply.result.as_ref().err().map(|e| (e.code().as_str(), e.to_string()));
+        let line = super::lines::InferenceLine {
+            task_id: &task_id,
+            turn,
+            driver: &used_choice.driver,
+            model: &used_choice.model,
+            stop_reason: match &reply.result {
+                Ok(resp) => super::lines::Stop::Model(resp.stop_reason),
+                Err(_) => super::lines::Stop::Failed("error"),
+            },
+            error: failure.as_ref().map(|(code, message)| super::lines::CallFailure { code, message }),
+            input_tokens_estimate: estimate,
+            input_tokens_actual: usage.map(|u| u.input_tokens),
+            output_tokens_actual: usage.map(|u| u.output_tokens),
+            duration_ms: turn_ms,
+            call_ms: reply.call_time.as_secs_f64() * 1000.0,
+            instantiate_us: reply.instantiate_time.as_micros() as u64,
+            instance_made_ahead: reply.made_ahead,
+            // Without alternates nothing of the choices feature is written.
+            driver_choice: self.config.stamp_producers.then_some(used_choice.name.as_str()),
         };
-        let mut fields = json!({
-            "task_id": task_id, "turn": turn, "driver": used_choice.driver, "model": used_choice.model,
-            "stop_reason": stop, "error": error, "input_tokens_estimate": estimate,
-            "input_tokens_actual": usage.map(|u| u.input_tokens), "output_tokens_actual": usage.map(|u| u.output_tokens),
-            "duration_ms": turn_ms, "call_ms": reply.call_time.as_secs_f64() * 1000.0,
-            "instantiate_us": reply.instantiate_time.as_micros() as u64, "instance_made_ahead": reply.made_ahead,
-        });
-        // Without alternates nothing of the choices feature is written.
-        if self.config.stamp_producers {
-            fields["driver_choice"] = json!(used_choice.name);
-        }
+        let inference = self.event_of(TraceKind::Inference, &line);
         if let Some(r) = self.running.as_ref() {
             let decision = match &reply.result {
                 Ok(resp) if resp.stop_reason == StopReason::ToolCall => "tool_call",
@@ -349,7 +371,7 @@ impl LoopState {
         }
         let resp = match reply.result {
             Err(e) => {
-                self.trace(TraceKind::Inference, fields);
+                self.trace_event(inference);
                 // The provider's state after a failed call is unknown: the next call resends all.
                 self.continuation = None;
                 return self.finish(ExitStatus::Failed, e.to_string()).await;
@@ -368,11 +390,11 @@ impl LoopState {
         // does the first call's `tool_call_started` when nothing can come between them (no
         // `on-inference` hook; a declared tool, not the agent's switch): the records and their
         // order are those of separate appends.
-        let mut events = vec![(TraceKind::Inference, fields)];
+        let mut events = vec![inference];
         let first = calls.first().filter(|_| resp.stop_reason == StopReason::ToolCall);
         let started_too = first.filter(|c| !self.hooked("on-inference") && self.runs_as_tool(&c.1));
-        if let Some((id, name, input)) = started_too {
-            events.push((TraceKind::ToolCallStarted, super::tool_calls::started_fields(&task_id, id, name, input)));
+        if let Some((id, name, input)) = started_too.map(|c| &**c) {
+            events.push(self.started_event(&task_id, id, name, input));
         }
         let started_journaled = started_too.is_some();
         if let Err(e) = self.record_with(message, events).await {

@@ -7,7 +7,6 @@ use capsule_protocol::frame::{ARTIFACT_FRAME_BYTES, ArtifactBody, Frame, prefix}
 use capsule_protocol::neutral::Message;
 use capsule_protocol::trace::TraceKind;
 use ractor::ActorRef;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +16,18 @@ use crate::names::role;
 use crate::tools::{ToolAnswer, ToolRunReply, ToolsMsg};
 
 impl LoopState {
+    /// The `tool_call_started` line of call `call_id`.
+    pub(crate) fn started_event(
+        &self,
+        task_id: &str,
+        call_id: &str,
+        name: &str,
+        input: &serde_json::Value,
+    ) -> capsule_protocol::trace::TraceEvent {
+        let line = super::lines::ToolStartedLine { task_id, tool_call_id: call_id, tool_name: name, input };
+        self.event_of(TraceKind::ToolCallStarted, &line)
+    }
+
     pub(crate) async fn run_pending(&mut self, myself: &ActorRef<LoopMsg>) {
         self.run_next_call(myself).await;
     }
@@ -28,11 +39,11 @@ impl LoopState {
     }
 
     pub(crate) async fn run_next_call(&mut self, myself: &ActorRef<LoopMsg>) {
-        let declared: Vec<String> = self.config.tools.iter().map(|t| t.name.clone()).collect();
         let Some(r) = self.running.as_mut() else { return };
-        let Some((_, name, input)) = r.calls.get(r.next_call).cloned() else {
+        let Some(call) = r.calls.get(r.next_call).cloned() else {
             return self.next_turn(myself).await;
         };
+        let (_, name, input) = &*call;
         r.call_started = Instant::now();
         let started_journaled = std::mem::take(&mut r.started_journaled);
         let attempt = r.attempt;
@@ -62,7 +73,8 @@ impl LoopState {
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
-        if !declared.contains(&name) {
+        if !self.config.tools.iter().any(|t| &t.name == name) {
+            let declared: Vec<&str> = self.config.tools.iter().map(|t| t.name.as_str()).collect();
             let content = format!(
                 "tool `{name}` is not declared in this capsule; available tools: {}",
                 if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
@@ -78,13 +90,10 @@ impl LoopState {
             let _ = myself.cast(LoopMsg::ToolDone { attempt, reply });
             return;
         }
-        let (task_id, call_id) = (
-            self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default(),
-            self.running.as_ref().and_then(|r| r.calls.get(r.next_call)).map(|c| c.0.clone()).unwrap_or_default(),
-        );
         if !started_journaled {
-            let started = started_fields(&task_id, &call_id, &name, &input);
-            if let Err(e) = self.journal(Vec::new(), vec![(TraceKind::ToolCallStarted, started)]).await {
+            let task_id = self.running.as_ref().map(|r| r.task_id.clone()).unwrap_or_default();
+            let started = self.started_event(&task_id, &call.0, name, input);
+            if let Err(e) = self.journal(Vec::new(), vec![started]).await {
                 return self.fail_unjournaled(e).await;
             }
         }
@@ -97,7 +106,7 @@ impl LoopState {
         let answer = ToolAnswer::new(move |reply| {
             let _ = loop_ref.cast(LoopMsg::ToolDone { attempt, reply });
         });
-        let run = ToolsMsg::Run { name, input: json_text(&input), events, answer };
+        let run = ToolsMsg::Run { name: name.clone(), input: json_text(input), events, answer };
         if let Err(e) = self.peer(role::TOOLS).tell(run) {
             tracing::warn!(session = self.sid(), error = %e, "a tool call could not be handed to the tools actor");
         }
@@ -105,7 +114,8 @@ impl LoopState {
 
     pub(crate) async fn on_tool_done(&mut self, myself: &ActorRef<LoopMsg>, reply: ToolRunReply) {
         let Some(r) = self.running.as_mut() else { return };
-        let Some((id, name, input)) = r.calls.get(r.next_call).cloned() else { return };
+        let Some(call) = r.calls.get(r.next_call).cloned() else { return };
+        let (id, name, input) = &*call;
         r.next_call += 1;
         let last = r.next_call >= r.calls.len();
         let task_id = r.task_id.clone();
@@ -114,14 +124,29 @@ impl LoopState {
         // A long result: the model gets all of it (the conversation record), the trace and the
         // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
         let long = reply.content.len() > ARTIFACT_FRAME_BYTES;
-        let output_file = if long { self.keep_output(&id, &reply.content) } else { None };
+        let output_file = if long { self.keep_output(id, &reply.content) } else { None };
         let shown = prefix(&reply.content, ARTIFACT_FRAME_BYTES).to_string();
-        let finished = json!({"task_id": task_id, "tool_call_id": id, "tool_name": name, "input": input, "is_error": reply.is_error, "duration_ms": reply.duration_ms, "instance_made_ahead": reply.made_ahead, "code": reply.code, "content": shown, "content_bytes": reply.content.len(), "output_file": output_file});
+        let finished = self.event_of(
+            TraceKind::ToolCall,
+            &super::lines::ToolCallLine {
+                task_id: &task_id,
+                tool_call_id: id,
+                tool_name: name,
+                input,
+                is_error: reply.is_error,
+                duration_ms: reply.duration_ms,
+                instance_made_ahead: reply.made_ahead,
+                code: reply.code,
+                content: &shown,
+                content_bytes: reply.content.len(),
+                output_file: output_file.as_deref(),
+            },
+        );
         let result = Message::tool_result(id.clone(), reply.content.clone(), reply.is_error);
         // The turn's last result is followed by the next provider call, which waits behind a
         // gate for its write (`unacked.rs`); nothing else acts before it is settled. With an
         // `on-tool-call` hook, which acts next, the write is awaited here.
-        let events = vec![(TraceKind::ToolCall, finished)];
+        let events = vec![finished];
         let recorded = if last && !self.hooked("on-tool-call") {
             self.record_unacked(result, events).await
         } else {
@@ -130,7 +155,7 @@ impl LoopState {
         if let Err(e) = recorded {
             return self.fail_unjournaled(e).await;
         }
-        let input_bytes = json_text(&input).len();
+        let input_bytes = json_text(input).len();
         self.span(
             "capsule.tool_call",
             call_started,
@@ -141,14 +166,14 @@ impl LoopState {
                 opentelemetry::KeyValue::new("status", if reply.is_error { "failed" } else { "passed" }),
             ],
         );
-        self.tool_answered(&name, input_bytes as u64, &reply).await;
+        self.tool_answered(name, input_bytes as u64, &reply).await;
         self.emit(Frame::Artifact {
             id: task_id,
             artifact: ArtifactBody {
-                tool_name: Some(name),
+                tool_name: Some(name.clone()),
                 content: Some(shown),
                 fence_source: None,
-                tool_call_id: Some(id),
+                tool_call_id: Some(id.clone()),
                 is_error: Some(reply.is_error),
                 duration_ms: Some(reply.duration_ms),
                 exit_code: None,
@@ -177,11 +202,6 @@ impl LoopState {
             }
         }
     }
-}
-
-/// The fields of a `tool_call_started` line.
-pub(crate) fn started_fields(task_id: &str, call_id: &str, name: &str, input: &serde_json::Value) -> serde_json::Value {
-    json!({"task_id": task_id, "tool_call_id": call_id, "tool_name": name, "input": input})
 }
 
 /// A value's compact JSON text. `serde_json::to_string` writes straight into the string;

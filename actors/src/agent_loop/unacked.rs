@@ -22,7 +22,7 @@
 
 use capsule_protocol::frame::Frame;
 use capsule_protocol::neutral::Message;
-use capsule_protocol::trace::TraceKind;
+use capsule_protocol::trace::TraceEvent;
 use capsule_runtime::{GateOpener, SendGate};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -57,14 +57,9 @@ impl LoopState {
     /// As [`record_with`](LoopState::record_with), without waiting for the write: `m` enters
     /// the context now and the step stays unacknowledged until [`settle`](LoopState::settle)d.
     /// Only a gated provider call may act on it meanwhile.
-    pub(crate) async fn record_unacked(
-        &mut self,
-        m: Message,
-        events: Vec<(TraceKind, serde_json::Value)>,
-    ) -> Result<(), JournalError> {
+    pub(crate) async fn record_unacked(&mut self, m: Message, events: Vec<TraceEvent>) -> Result<(), JournalError> {
         self.settle().await?;
         let json = serde_json::value::to_raw_value(&m).map_err(JournalError::Serialize)?;
-        let events = self.trace_events(events);
         let (port, answer) = tokio::sync::oneshot::channel();
         // Sent from here, not from the waiting task: the loop's later journal messages stay
         // behind it in the journal's mailbox.
