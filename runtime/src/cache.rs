@@ -1,16 +1,20 @@
 //! The component cache: compile once per process, and keep precompiled `.cwasm` files on disk
 //! so a second launch does not recompile.
 //!
-//! The disk key is the SHA-256 of the wasm bytes plus a hash of the engine's
+//! The disk key is the BLAKE3 hash of the wasm bytes plus a hash of the engine's
 //! `precompile_compatibility_hash`, so a `.cwasm` made by another wasmtime version or engine
 //! configuration is never loaded. A `.cwasm` is native code that wasmtime runs as is, so each
-//! file ends with an HMAC-SHA256 of its contents under a key that lives in the cache folder
-//! (`cache.key`, `0600`, folder `0700`, never in any guest's scope): a file whose MAC does not
-//! verify (swapped, torn, written by someone else) is recompiled and replaced. Files are
-//! written to a temporary name and renamed, so a crash mid-write leaves no torn file.
+//! file ends with a MAC of its name and contents (BLAKE3 in keyed mode) under a key that lives
+//! in the cache folder (`cache.key`, `0600`, folder `0700`, never in any guest's scope): a file
+//! whose MAC does not verify (swapped, torn, written by someone else) is recompiled and
+//! replaced. Files are written to a temporary name and renamed, so a crash mid-write leaves no
+//! torn file.
+//!
+//! Every launch hashes each artifact's wasm and verifies each `.cwasm` it loads, about 2 MB for
+//! a driver and a tool. BLAKE3 does that in a fraction of SHA-256's time (BENCHMARKS.md,
+//! "Thirtieth pass"); files named by the SHA-256 keys of earlier versions are not found under
+//! the new names and are compiled again once.
 
-use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Read;
@@ -61,7 +65,7 @@ impl ComponentCache {
     }
 
     pub(crate) fn get_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, CacheHit)> {
-        let key: [u8; 32] = Sha256::digest(bytes).into();
+        let key: [u8; 32] = blake3::hash(bytes).into();
         if let Some(c) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok((c.clone(), CacheHit::Memory));
         }
@@ -113,25 +117,20 @@ impl ComponentCache {
 const MAC_LEN: usize = 32;
 const KEY_FILE: &str = "cache.key";
 
-fn mac(key: &[u8; 32]) -> Hmac<Sha256> {
-    // HMAC takes a key of any length; 32 bytes never fails.
-    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
-}
-
 /// The MAC binds the code to its file name (which holds the wasm's hash and the engine's), so
 /// a valid file of another component swapped in under this name does not verify either.
-fn mac_of(key: &[u8; 32], name: &str, code: &[u8]) -> Hmac<Sha256> {
-    let mut m = mac(key);
+fn mac_of(key: &[u8; 32], name: &str, code: &[u8]) -> blake3::Hash {
+    let mut m = blake3::Hasher::new_keyed(key);
     m.update(name.as_bytes());
     m.update(&[0]);
     m.update(code);
-    m
+    m.finalize()
 }
 
 /// The code followed by its MAC.
 fn sealed(mut code: Vec<u8>, key: &[u8; 32], name: &str) -> Vec<u8> {
     let m = mac_of(key, name, &code);
-    code.extend_from_slice(&m.finalize().into_bytes());
+    code.extend_from_slice(m.as_bytes());
     code
 }
 
@@ -145,8 +144,12 @@ fn read_verified(path: &Path, key: &[u8; 32]) -> Result<Vec<u8>, &'static str> {
         return Err("too short to carry a MAC");
     }
     let tag = bytes.split_off(bytes.len() - MAC_LEN);
+    let tag: [u8; MAC_LEN] = tag.try_into().map_err(|_| "too short to carry a MAC")?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    mac_of(key, name, &bytes).verify_slice(&tag).map_err(|_| "MAC mismatch")?;
+    // `blake3::Hash`'s equality takes the same time wherever the first difference is.
+    if mac_of(key, name, &bytes) != blake3::Hash::from_bytes(tag) {
+        return Err("MAC mismatch");
+    }
     Ok(bytes)
 }
 

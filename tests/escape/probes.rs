@@ -425,7 +425,7 @@ async fn swapped_cwasm() -> Verdict {
     }
     // Swap another component's valid .cwasm in under tool-files' name: its MAC binds it to its
     // own name, so it must not verify.
-    let tool_files_hash = hex_sha256(&std::fs::read(dist("tool-files")).expect("wasm"));
+    let tool_files_hash = blake3::hash(&std::fs::read(dist("tool-files")).expect("wasm")).to_hex().to_string();
     let (target, other): (Vec<_>, Vec<_>) = files
         .iter()
         .partition(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&tool_files_hash)));
@@ -448,9 +448,4 @@ async fn swapped_cwasm() -> Verdict {
         return Verdict::escaped(format!("swapped: {swapped:?}, tampered: {tampered:?}, cache folder mode {mode:o}"));
     }
     Verdict::held("a swapped and a tampered .cwasm were both recompiled; cache folder 0700")
-}
-
-fn hex_sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
