@@ -1,10 +1,47 @@
-//! The fields of the trace lines every turn writes (`inference`, `tool_call_started`,
-//! `tool_call`), as borrowed structs: a line is serialized straight from the loop's own values,
-//! without a JSON map of copied keys and values in between (about 50 allocations a turn).
-//! The names and meanings are CONTRACT §9's; the rarer lines are written from `json!` values.
+//! The loop's trace lines: how it makes them (stamped with its session and the time), and the
+//! fields of the lines every turn writes (`inference`, `tool_call_started`, `tool_call`) as
+//! borrowed structs. Those are serialized straight from the loop's own values, without a JSON
+//! map of copied keys and values in between (about 50 allocations a turn). The names and
+//! meanings are CONTRACT §9's; the rarer lines are written from `json!` values.
 
 use capsule_protocol::neutral::StopReason;
+use capsule_protocol::trace::{TraceEvent, TraceKind};
 use serde::Serialize;
+
+use super::LoopState;
+use crate::journal::JournalMsg;
+use crate::names::role;
+
+impl LoopState {
+    /// A trace line that no step waits for (an observation, not a step).
+    pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
+        self.trace_event(self.event(kind, fields));
+    }
+
+    /// [`trace`](LoopState::trace) for an event already made.
+    pub(crate) fn trace_event(&self, event: TraceEvent) {
+        let kind = event.kind();
+        if let Err(e) = self.peer(role::JOURNAL).tell(JournalMsg::Trace(event)) {
+            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line was not written");
+        }
+    }
+
+    /// A trace line of this session, stamped now, from a JSON value.
+    pub(crate) fn event(&self, kind: TraceKind, fields: serde_json::Value) -> TraceEvent {
+        TraceEvent::new(kind, self.sid(), crate::now_ms(), fields)
+    }
+
+    /// A trace line of this session, stamped now, from a struct of its fields (the lines every
+    /// turn writes, [`super::lines`]). One that does not serialize (not expected of those
+    /// types) is written as what was meant and why, and logged.
+    pub(crate) fn event_of(&self, kind: TraceKind, fields: &impl serde::Serialize) -> TraceEvent {
+        let now = crate::now_ms();
+        TraceEvent::of(kind, self.sid(), now, fields).unwrap_or_else(|e| {
+            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line's fields did not serialize");
+            TraceEvent::unserialized(kind, self.sid(), now, &e)
+        })
+    }
+}
 
 /// `inference`: one provider call ended.
 #[derive(Serialize)]

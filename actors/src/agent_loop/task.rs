@@ -59,35 +59,6 @@ impl LoopState {
         }
     }
 
-    /// A trace line that no step waits for (an observation, not a step).
-    pub(crate) fn trace(&self, kind: TraceKind, fields: serde_json::Value) {
-        self.trace_event(self.event(kind, fields));
-    }
-
-    /// [`trace`](LoopState::trace) for an event already made.
-    pub(crate) fn trace_event(&self, event: TraceEvent) {
-        let kind = event.kind();
-        if let Err(e) = self.peer(role::JOURNAL).tell(JournalMsg::Trace(event)) {
-            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line was not written");
-        }
-    }
-
-    /// A trace line of this session, stamped now, from a JSON value.
-    pub(crate) fn event(&self, kind: TraceKind, fields: serde_json::Value) -> TraceEvent {
-        TraceEvent::new(kind, self.sid(), crate::now_ms(), fields)
-    }
-
-    /// A trace line of this session, stamped now, from a struct of its fields (the lines every
-    /// turn writes, [`super::lines`]). One that does not serialize (not expected of those
-    /// types) is written as what was meant and why, and logged.
-    pub(crate) fn event_of(&self, kind: TraceKind, fields: &impl serde::Serialize) -> TraceEvent {
-        let now = crate::now_ms();
-        TraceEvent::of(kind, self.sid(), now, fields).unwrap_or_else(|e| {
-            tracing::error!(session = self.sid(), error = %e, kind = kind.as_str(), "a trace line's fields did not serialize");
-            TraceEvent::unserialized(kind, self.sid(), now, &e)
-        })
-    }
-
     /// Add a message to the context once it is written to the conversation record, with
     /// `events` (trace lines that belong to the same step) written after it. When the write
     /// fails the message does not enter the context and the caller must not act on it.
