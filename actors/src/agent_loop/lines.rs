@@ -84,7 +84,7 @@ pub(crate) struct CallFailure<'a> {
 }
 
 /// `tool_call_started`: journaled before the tool runs.
-#[derive(Serialize)]
+#[derive(Serialize, Clone, Copy)]
 pub(crate) struct ToolStartedLine<'a> {
     pub task_id: &'a str,
     pub tool_call_id: &'a str,
@@ -92,13 +92,12 @@ pub(crate) struct ToolStartedLine<'a> {
     pub input: &'a serde_json::Value,
 }
 
-/// `tool_call`: one tool call ended, with the start of its result.
+/// `tool_call`: one tool call ended, with the start of its result: the fields of its
+/// `tool_call_started` line, then the result's.
 #[derive(Serialize)]
 pub(crate) struct ToolCallLine<'a> {
-    pub task_id: &'a str,
-    pub tool_call_id: &'a str,
-    pub tool_name: &'a str,
-    pub input: &'a serde_json::Value,
+    #[serde(flatten)]
+    pub call: ToolStartedLine<'a>,
     pub is_error: bool,
     pub duration_ms: u64,
     pub instance_made_ahead: bool,
@@ -152,14 +151,11 @@ mod tests {
         assert_eq!(v["driver_choice"], "fast");
         let started = ToolStartedLine { task_id: "t", tool_call_id: "c", tool_name: "files", input: &input };
         assert_eq!(
-            serde_json::to_value(&started).expect("serializes"),
+            serde_json::to_value(started).expect("serializes"),
             json!({"task_id": "t", "tool_call_id": "c", "tool_name": "files", "input": input})
         );
         let done = ToolCallLine {
-            task_id: "t",
-            tool_call_id: "c",
-            tool_name: "files",
-            input: &input,
+            call: started,
             is_error: false,
             duration_ms: 3,
             instance_made_ahead: false,

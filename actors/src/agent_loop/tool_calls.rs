@@ -129,10 +129,7 @@ impl LoopState {
         let finished = self.event_of(
             TraceKind::ToolCall,
             &super::lines::ToolCallLine {
-                task_id: &task_id,
-                tool_call_id: id,
-                tool_name: name,
-                input,
+                call: super::lines::ToolStartedLine { task_id: &task_id, tool_call_id: id, tool_name: name, input },
                 is_error: reply.is_error,
                 duration_ms: reply.duration_ms,
                 instance_made_ahead: reply.made_ahead,
