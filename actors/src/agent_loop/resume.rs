@@ -122,6 +122,7 @@ impl LoopState {
             calls: Vec::new(),
             next_call: 0,
             call_started: now,
+            call_input_bytes: 0,
             started_journaled: false,
             estimate: 0,
             choice: 0,

@@ -32,6 +32,8 @@ pub struct Running {
     pub(crate) calls: Vec<super::call::TurnCall>,
     pub(crate) next_call: usize,
     pub(crate) call_started: Instant,
+    /// The running call's input, in bytes of its JSON text (for its span and hooks).
+    pub(crate) call_input_bytes: usize,
     /// The next call's `tool_call_started` is already journaled (it went in the reply's append).
     pub(crate) started_journaled: bool,
     /// cl100k estimate of the current call's input.
@@ -134,6 +136,7 @@ impl LoopState {
             calls: Vec::new(),
             next_call: 0,
             call_started: now,
+            call_input_bytes: 0,
             started_journaled: false,
             estimate: 0,
             choice: 0,

@@ -44,6 +44,9 @@ impl LoopState {
             return self.next_turn(myself).await;
         };
         let (_, name, input) = &*call;
+        // Serialized once: the tools actor gets this text and the call's span its length.
+        let input_text = json_text(input);
+        r.call_input_bytes = input_text.len();
         r.call_started = Instant::now();
         let started_journaled = std::mem::take(&mut r.started_journaled);
         let attempt = r.attempt;
@@ -106,7 +109,7 @@ impl LoopState {
         let answer = ToolAnswer::new(move |reply| {
             let _ = loop_ref.cast(LoopMsg::ToolDone { attempt, reply });
         });
-        let run = ToolsMsg::Run { name: name.clone(), input: json_text(input), events, answer };
+        let run = ToolsMsg::Run { name: name.clone(), input: input_text, events, answer };
         if let Err(e) = self.peer(role::TOOLS).tell(run) {
             tracing::warn!(session = self.sid(), error = %e, "a tool call could not be handed to the tools actor");
         }
@@ -120,6 +123,7 @@ impl LoopState {
         let last = r.next_call >= r.calls.len();
         let task_id = r.task_id.clone();
         let call_started = r.call_started;
+        let input_bytes = r.call_input_bytes;
         let _ = self.peer(role::COALESCER).tell(CoalescerMsg::Settle { id: id.clone() });
         // A long result: the model gets all of it (the conversation record), the trace and the
         // frame only the first ARTIFACT_FRAME_BYTES, and one file keeps it whole.
@@ -152,7 +156,6 @@ impl LoopState {
         if let Err(e) = recorded {
             return self.fail_unjournaled(e).await;
         }
-        let input_bytes = json_text(input).len();
         self.span(
             "capsule.tool_call",
             call_started,
