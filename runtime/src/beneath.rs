@@ -208,6 +208,38 @@ impl Beneath {
         rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
     }
 
+    /// The names in this folder, without `.` and `..` (a name that is not UTF-8 is left out:
+    /// the host makes none).
+    pub fn names(&self) -> Result<Vec<String>, BeneathError> {
+        let dir = rustix::fs::Dir::read_from(&self.fd).map_err(io(&self.path))?;
+        let mut names = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(io(&self.path))?;
+            if let Ok(name) = entry.file_name().to_str()
+                && name != "."
+                && name != ".."
+            {
+                names.push(name.to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// The status of `name` (one component) in this folder; of a link itself, not its target.
+    pub fn stat(&self, name: &str) -> Result<rustix::fs::Stat, BeneathError> {
+        rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).map_err(io(&self.path.join(name)))
+    }
+
+    /// Remove the entry `name` (one component, not a folder) from this folder; a link is
+    /// removed itself, never what it points at.
+    pub fn remove(&self, name: &str) -> Result<(), BeneathError> {
+        let parts = plain_parts(name)?;
+        let [name] = parts.as_slice() else {
+            return Err(BeneathError::NotPlain { path: name.to_string() });
+        };
+        rustix::fs::unlinkat(&self.fd, *name, rustix::fs::AtFlags::empty()).map_err(io(&self.path.join(name)))
+    }
+
     /// Read a whole file (see [`Beneath::file`]).
     pub fn read_to_string(&self, name: &str) -> Result<String, BeneathError> {
         use std::io::Read;

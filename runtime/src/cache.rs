@@ -14,6 +14,9 @@
 //! a driver and a tool. BLAKE3 does that in a fraction of SHA-256's time (BENCHMARKS.md,
 //! "Thirtieth pass"); files named by the SHA-256 keys of earlier versions are not found under
 //! the new names and are compiled again once.
+//!
+//! The folder does not grow without end: a load marks its file used, and a process that writes
+//! a new file removes the ones unused for 30 days ([`crate::cache_prune`]).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -22,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::beneath::{Beneath, FileMode};
+use crate::cache_prune::KEY_FILE;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -98,10 +102,13 @@ impl ComponentCache {
             Some(c) => c,
             None => {
                 let c = Component::new(engine, bytes)?;
-                if let (Some(p), Some(k)) = (&path, &self.key)
-                    && let Err(e) = write_atomically(p, &sealed(c.serialize()?, k, &cache_file_name(p)))
-                {
-                    tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it");
+                if let (Some(p), Some(k)) = (&path, &self.key) {
+                    match write_atomically(p, &sealed(c.serialize()?, k, &cache_file_name(p))) {
+                        Ok(()) => self.prune(),
+                        Err(e) => {
+                            tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it")
+                        }
+                    }
                 }
                 c
             }
@@ -114,8 +121,22 @@ impl ComponentCache {
     }
 }
 
+impl ComponentCache {
+    /// After a write: remove what no launch has used for a long time (a failure is logged; the
+    /// cache works on).
+    fn prune(&self) {
+        let Some(dir) = &self.dir else { return };
+        match crate::cache_prune::prune(dir, std::time::SystemTime::now()) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(dir = %dir.display(), removed = removed.len(), "removed component cache files unused for 30 days")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "could not prune the component cache"),
+        }
+    }
+}
+
 const MAC_LEN: usize = 32;
-const KEY_FILE: &str = "cache.key";
 
 /// The MAC binds the code to its file name (which holds the wasm's hash and the engine's), so
 /// a valid file of another component swapped in under this name does not verify either.
@@ -150,6 +171,7 @@ fn read_verified(path: &Path, key: &[u8; 32]) -> Result<Vec<u8>, &'static str> {
     if mac_of(key, name, &bytes) != blake3::Hash::from_bytes(tag) {
         return Err("MAC mismatch");
     }
+    crate::cache_prune::freshen(&f, std::time::SystemTime::now());
     Ok(bytes)
 }
 

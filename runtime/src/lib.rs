@@ -25,6 +25,7 @@ mod bindings;
 mod bodies;
 mod budget;
 mod cache;
+mod cache_prune;
 mod call;
 mod classify;
 mod engine;

@@ -23,6 +23,7 @@ mod cluster_support;
 mod cluster_watch;
 mod common;
 mod compaction;
+mod component_cache;
 mod control;
 mod control_choices;
 mod demo;
