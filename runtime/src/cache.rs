@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::beneath::{Beneath, FileMode};
-use crate::cache_prune::KEY_FILE;
+use crate::cache_prune::{KEY_FILE, cwasm_name, temp_name};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -73,7 +73,7 @@ impl ComponentCache {
         if let Some(c) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok((c.clone(), CacheHit::Memory));
         }
-        let path = self.dir.as_ref().map(|d| d.join(format!("{}-{}.cwasm", hex::encode(key), self.compat)));
+        let path = self.dir.as_ref().map(|d| d.join(cwasm_name(&key, &self.compat)));
         let mut hit = CacheHit::Compiled;
         let mut component = None;
         if let (Some(p), Some(k)) = (path.as_ref().filter(|p| p.exists()), &self.key) {
@@ -119,9 +119,7 @@ impl ComponentCache {
         self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, component.clone());
         Ok((component, hit))
     }
-}
 
-impl ComponentCache {
     /// After a write: remove what no launch has used for a long time (a failure is logged; the
     /// cache works on).
     fn prune(&self) {
@@ -181,7 +179,7 @@ fn cache_key(dir: &Path) -> std::io::Result<[u8; 32]> {
     if !root.exists(KEY_FILE) {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let tmp = format!("{KEY_FILE}.tmp{}", std::process::id());
+        let tmp = temp_name(KEY_FILE);
         root.write(&tmp, &key).map_err(std::io::Error::other)?;
         // A concurrent first start may have won; all then read the winner's key.
         match rustix::fs::renameat_with(
@@ -211,7 +209,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         return Err(std::io::Error::other("no file name"));
     };
     let root = Beneath::open(parent).map_err(std::io::Error::other)?;
-    let tmp = format!("{name}.tmp{}", std::process::id());
+    let tmp = temp_name(name);
     root.write(&tmp, bytes).map_err(std::io::Error::other)?;
     std::fs::rename(parent.join(&tmp), path)
 }

@@ -80,7 +80,18 @@ pub(crate) fn prune(dir: &Path, now: SystemTime) -> Result<Vec<String>, BeneathE
     Ok(removed)
 }
 
-/// `<64 lowercase hex>-<16 lowercase hex>.cwasm`: a name [`crate::cache`] gives a component.
+/// The file name of the component whose wasm hashes to `content`, for the engine whose
+/// compatibility hash is `compat` (16 lowercase hex digits).
+pub(crate) fn cwasm_name(content: &[u8; 32], compat: &str) -> String {
+    format!("{}-{compat}.cwasm", hex::encode(content))
+}
+
+/// The name a write of `base` goes to before it is renamed into place (one per process).
+pub(crate) fn temp_name(base: &str) -> String {
+    format!("{base}.tmp{}", std::process::id())
+}
+
+/// `<64 lowercase hex>-<16 lowercase hex>.cwasm`: a name [`cwasm_name`] makes.
 pub(crate) fn is_cwasm(name: &str) -> bool {
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     name.strip_suffix(".cwasm")
@@ -125,6 +136,9 @@ mod tests {
 
     #[test]
     fn names_of_the_cache_and_no_others() {
+        let made = cwasm_name(&[0xab; 32], "0123456789abcdef");
+        assert!(is_cwasm(&made), "{made}");
+        assert!(is_temp(&temp_name(&made)) && is_temp(&temp_name(KEY_FILE)));
         assert!(is_cwasm(&cwasm(1)));
         assert!(!is_cwasm(&cwasm(1).to_uppercase()));
         assert!(!is_cwasm("abc-0123456789abcdef.cwasm"), "content hash too short");

@@ -353,9 +353,10 @@ impl LoopState {
             Ok(resp) => resp,
         };
         let calls = super::call::tool_calls(&resp.content);
-        let used = &self.config.choices[self.running.as_ref().map(|r| r.choice).unwrap_or(0)];
-        let produced_by =
-            self.config.stamp_producers.then(|| ProducedBy { driver: used.driver.clone(), model: used.model.clone() });
+        let produced_by = self
+            .config
+            .stamp_producers
+            .then(|| ProducedBy { driver: used_choice.driver.clone(), model: used_choice.model.clone() });
         let message =
             Message { role: Role::Assistant, content: resp.content, tool_call_id: None, is_error: None, produced_by };
         let text = message.text();
