@@ -115,6 +115,9 @@ fn main() -> ExitCode {
             },
         }
     });
+    // A tool compiled in the background writes its `.cwasm` before the process ends, so the
+    // next launch finds it.
+    capsule_runtime::finish_background_compiles();
     if std::env::var_os("CAPSULE_PRINT_PEAK_RSS").is_some() {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         if let Some(line) = status.lines().find(|l| l.starts_with("VmHWM:")) {

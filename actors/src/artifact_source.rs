@@ -5,7 +5,7 @@
 use capsule_protocol::lockfile::{LOCK_FILE, Lock, LockEntry, LockHashes};
 use capsule_protocol::manifest::{self, Artifact, ArtifactManifest, ArtifactRuntime, Manifest};
 use capsule_protocol::{Code, Diagnostic};
-use capsule_runtime::{ComponentKind, DiskMeter, LoadedArtifact};
+use capsule_runtime::{Compile, ComponentKind, DiskMeter, LoadedArtifact};
 use std::path::{Path, PathBuf};
 
 use crate::error::LaunchError;
@@ -132,12 +132,13 @@ pub(crate) fn from_package(
             "rebuild the package with its component",
         )
     })?;
-    let loaded = LoadedArtifact::load_bytes_as(
+    let loaded = LoadedArtifact::load_bytes_with(
         &opts.host,
         &decl.name,
         &pkg.path.join(&name),
         bytes,
         component_kind(decl.runtime),
+        compile_when(decl.runtime),
     )?;
     role_fits(decl, &loaded)?;
     let at = format!("artifacts[{}].capabilities", decl.name);
@@ -189,6 +190,16 @@ pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), 
             ),
             "declare it with the runtime it was built for, or name the right component in `source:`",
         )),
+    }
+}
+
+/// When an artifact declared with `runtime` is compiled if the cache lacks it: a tool in the
+/// background (nothing needs it before the model asks for it, and its first call waits for
+/// it), drivers and hooks before the session starts (the first turn needs them).
+pub(crate) fn compile_when(runtime: ArtifactRuntime) -> Compile {
+    match runtime {
+        ArtifactRuntime::Tool => Compile::Background,
+        ArtifactRuntime::Driver | ArtifactRuntime::Hook => Compile::Now,
     }
 }
 

@@ -12,7 +12,9 @@ use capsule_runtime::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::artifact_source::{artifact_module, component_kind, from_package, read_lock, role_fits, write_lock};
+use crate::artifact_source::{
+    artifact_module, compile_when, component_kind, from_package, read_lock, role_fits, write_lock,
+};
 use crate::credentials::{CredentialSource, DriverCredential, Sources};
 use crate::error::LaunchError;
 use crate::package;
@@ -226,12 +228,17 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
     let stores = package::stores(&dir, opts.env.get("HOME").map(Path::new));
     let mut locked = Vec::new();
     let mut artifacts = Vec::new();
-    for decl in &m.artifacts {
+    // Tools last: one missing from the cache is compiled in the background, and started after
+    // the drivers' and hooks' compiles it does not slow them. Kept in declaration order after.
+    let mut order: Vec<usize> = (0..m.artifacts.len()).collect();
+    order.sort_by_key(|&i| m.artifacts[i].runtime == ArtifactRuntime::Tool);
+    for i in order {
+        let decl = &m.artifacts[i];
         let Some(source) = decl.source.as_deref() else {
             let (ready, entry) =
                 from_package(decl, &m, &stores, lock.as_ref(), opts, session_id, (&files, &disk), &mut warnings)?;
-            artifacts.push(ready);
-            locked.push(entry);
+            artifacts.push((i, ready));
+            locked.push((i, entry));
             continue;
         };
         let src = dir.join(source);
@@ -272,7 +279,8 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             )
             .into());
         }
-        let loaded = LoadedArtifact::load_file_as(&opts.host, &decl.name, &module, component_kind(decl.runtime))?;
+        let (kind, when) = (component_kind(decl.runtime), compile_when(decl.runtime));
+        let loaded = LoadedArtifact::load_file_with(&opts.host, &decl.name, &module, kind, when)?;
         role_fits(decl, &loaded)?;
         let at = format!("artifacts[{}].capabilities", decl.name);
         let caps = narrow(
@@ -281,11 +289,14 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             &at,
         )?;
         let grants = grants_for(&m, decl, &caps, opts, session_id, (&files, &disk))?;
-        artifacts.push(ReadyArtifact { decl: decl.clone(), own, loaded, grants });
+        artifacts.push((i, ReadyArtifact { decl: decl.clone(), own, loaded, grants }));
     }
+    artifacts.sort_by_key(|(i, _)| *i);
+    locked.sort_by_key(|(i, _)| *i);
+    let artifacts: Vec<ReadyArtifact> = artifacts.into_iter().map(|(_, a)| a).collect();
     LoadedArtifact::warm_call_thread(artifacts.iter().map(|a| &a.grants));
     if lock.is_none() {
-        write_lock(&dir, locked, &mut warnings);
+        write_lock(&dir, locked.into_iter().map(|(_, e)| e).collect(), &mut warnings);
     }
     let mut credentials = HashMap::new();
     for a in m.artifacts.iter().filter(|a| a.runtime == ArtifactRuntime::Driver) {

@@ -41,7 +41,7 @@ use crate::call::{CallOutcome, ToolInput, new_store_in};
 use crate::engine::Host;
 use crate::events::{GuestEvents, NoEvents};
 use crate::grants::{GrantError, Grants};
-use crate::load::{LoadedArtifact, Pre};
+use crate::load::{ComponentKind, LoadedArtifact, Pre};
 use crate::state::StoreState;
 use crate::waits::Waits;
 
@@ -209,7 +209,7 @@ impl LoadedArtifact {
         input: ToolInput,
         ahead: &mut Ahead,
     ) -> CallOutcome {
-        if grants.has_folder() || !matches!(self.pre, Pre::Run(_)) {
+        if grants.has_folder() || self.kind() != ComponentKind::Run {
             ahead.clear();
             return self.call(host, grants, events, input).await;
         }
@@ -239,7 +239,7 @@ impl Made {
         counted: Counted,
         folder: Option<Beneath>,
     ) -> Option<Made> {
-        let Pre::Run(pre) = &artifact.pre else { return None };
+        let Ok(Pre::Run(pre)) = artifact.pre().await else { return None };
         let inline_files = folder.is_some();
         let id = folder.as_ref().map(Beneath::identity).transpose().ok()?;
         let events = Arc::new(NoEvents);

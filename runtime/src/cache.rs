@@ -38,6 +38,10 @@ pub enum CacheHit {
     Disk,
     /// Compiled from the wasm bytes.
     Compiled,
+    /// Missing from the cache, and being compiled on a thread of its own while the session
+    /// runs (a tool: nothing needs it before the model asks for it). Its first call waits
+    /// for the compile.
+    Background,
 }
 
 /// Compiled components by content hash.
@@ -68,56 +72,64 @@ impl ComponentCache {
         self.dir.as_ref()
     }
 
-    pub(crate) fn get_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, CacheHit)> {
-        let key: [u8; 32] = blake3::hash(bytes).into();
-        if let Some(c) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok((c.clone(), CacheHit::Memory));
+    /// The cache's key of `bytes`: their BLAKE3 hash.
+    pub(crate) fn key_of(bytes: &[u8]) -> [u8; 32] {
+        blake3::hash(bytes).into()
+    }
+
+    /// The component of content `key` when this process has it or a `.cwasm` on disk verifies;
+    /// `None` when it must be compiled.
+    pub(crate) fn lookup(&self, engine: &Engine, key: &[u8; 32]) -> wasmtime::Result<Option<(Component, CacheHit)>> {
+        if let Some(c) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
+            return Ok(Some((c.clone(), CacheHit::Memory)));
         }
-        let path = self.dir.as_ref().map(|d| d.join(cwasm_name(&key, &self.compat)));
-        let mut hit = CacheHit::Compiled;
-        let mut component = None;
-        if let (Some(p), Some(k)) = (path.as_ref().filter(|p| p.exists()), &self.key) {
-            match read_verified(p, k) {
-                Ok(code) => {
-                    // SAFETY: `code` carries a valid MAC under this cache's private key, so it
-                    // is exactly what this cache wrote from `Component::serialize` of an engine
-                    // with the same compatibility hash (part of the file name).
-                    #[allow(unsafe_code)]
-                    match unsafe { Component::deserialize(engine, &code) } {
-                        Ok(c) => {
-                            hit = CacheHit::Disk;
-                            component = Some(c);
-                        }
-                        Err(e) => {
-                            tracing::warn!(path = %p.display(), error = %e, "ignoring unreadable .cwasm; recompiling")
-                        }
-                    }
-                }
-                Err(why) => {
-                    tracing::warn!(path = %p.display(), why, "ignoring a .cwasm that fails its integrity check; recompiling")
-                }
-            }
-        }
-        let component = match component {
-            Some(c) => c,
-            None => {
-                let c = Component::new(engine, bytes)?;
-                if let (Some(p), Some(k)) = (&path, &self.key) {
-                    match write_atomically(p, &sealed(c.serialize()?, k, &cache_file_name(p))) {
-                        Ok(()) => self.prune(),
-                        Err(e) => {
-                            tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it")
-                        }
-                    }
-                }
-                c
+        let (Some(p), Some(k)) = (self.path_of(key).filter(|p| p.exists()), &self.key) else { return Ok(None) };
+        let code = match read_verified(&p, k) {
+            Ok(code) => code,
+            Err(why) => {
+                tracing::warn!(path = %p.display(), why, "ignoring a .cwasm that fails its integrity check; recompiling");
+                return Ok(None);
             }
         };
+        // SAFETY: `code` carries a valid MAC under this cache's private key, so it is exactly
+        // what this cache wrote from `Component::serialize` of an engine with the same
+        // compatibility hash (part of the file name).
+        #[allow(unsafe_code)]
+        match unsafe { Component::deserialize(engine, &code) } {
+            Ok(c) => Ok(Some((self.keep(key, c)?, CacheHit::Disk))),
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "ignoring unreadable .cwasm; recompiling");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Compile `bytes` (of content `key`), write the `.cwasm` (a failure to write is logged:
+    /// the cache works on in memory) and keep the component in this process.
+    pub(crate) fn compile(&self, engine: &Engine, key: &[u8; 32], bytes: &[u8]) -> wasmtime::Result<Component> {
+        let c = Component::new(engine, bytes)?;
+        if let (Some(p), Some(k)) = (self.path_of(key), &self.key) {
+            match write_atomically(&p, &sealed(c.serialize()?, k, &cache_file_name(&p))) {
+                Ok(()) => self.prune(),
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "could not write the component cache; continuing without it")
+                }
+            }
+        }
+        self.keep(key, c)
+    }
+
+    fn path_of(&self, key: &[u8; 32]) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(cwasm_name(key, &self.compat)))
+    }
+
+    /// Keep a component just loaded or compiled for this process's later lookups.
+    fn keep(&self, key: &[u8; 32], component: Component) -> wasmtime::Result<Component> {
         // The linear memories' copy-on-write images now, at load, rather than inside the first
         // call's instantiation (a memfd written and sealed per memory, on that call's turn).
         component.initialize_copy_on_write_image()?;
-        self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, component.clone());
-        Ok((component, hit))
+        self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(*key, component.clone());
+        Ok(component)
     }
 
     /// After a write: remove what no launch has used for a long time (a failure is logged; the

@@ -341,12 +341,16 @@ impl LoadedArtifact {
         ahead: ForCall,
     ) -> (CallOutcome, Option<Store<StoreState>>) {
         let ForCall { made, sent } = ahead;
-        let Pre::Run(pre) = &self.pre else {
-            let refused = CallOutcome::refused(CallError::Instantiate {
-                artifact: self.name.clone(),
-                source: "a hook has no `run` export; the runtime calls it through its lifecycle".into(),
-            });
-            return (refused, None);
+        let pre = match self.pre().await {
+            Ok(Pre::Run(pre)) => pre,
+            Ok(Pre::Hook(_)) => {
+                let refused = CallOutcome::refused(CallError::Instantiate {
+                    artifact: self.name.clone(),
+                    source: "a hook has no `run` export; the runtime calls it through its lifecycle".into(),
+                });
+                return (refused, None);
+            }
+            Err(e) => return (CallOutcome::refused(e), None),
         };
         let l = grants.limits;
         let t0 = Instant::now();

@@ -64,6 +64,8 @@ pub struct Host {
     pub(crate) engine: Engine,
     pub(crate) linker: Arc<Linker<StoreState>>,
     pub(crate) cache: Arc<ComponentCache>,
+    /// Compiles running in the background ([`crate::later`]).
+    pub(crate) compiling: Arc<crate::later::Compiling>,
 }
 
 impl std::fmt::Debug for Host {
@@ -148,7 +150,7 @@ impl Host {
             .map_err(|e| compile_err("<linker>", e))?;
         linker.instance("murmur:hook/lifecycle@0.5.0").map_err(|e| compile_err("<linker>", e))?;
         let cache = Arc::new(ComponentCache::new(options.cache_dir, &engine));
-        Ok(Host { engine, linker: Arc::new(linker), cache })
+        Ok(Host { engine, linker: Arc::new(linker), cache, compiling: Arc::default() })
     }
 
     /// The component cache.

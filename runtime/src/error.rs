@@ -149,6 +149,16 @@ pub enum CallError {
         #[source]
         source: crate::beneath::BeneathError,
     },
+    /// The component's compile in the background ([`crate::later`]) failed: every call of it
+    /// is refused with that compile's error.
+    #[error("{code}: `{artifact}` was not run: its compile failed; rebuild it for wasm32-wasip2", code = Code::ArtifactCompile)]
+    Compile {
+        /// Artifact name.
+        artifact: String,
+        /// The compile's error.
+        #[source]
+        source: std::sync::Arc<LoadError>,
+    },
     /// The instance could not be created (pool exhausted, start function failed...).
     #[error("{code}: `{artifact}` could not be instantiated", code = Code::ArtifactCompile)]
     Instantiate {
@@ -169,7 +179,7 @@ impl CallError {
             CallError::Trap { .. } => Code::GuestTrap,
             CallError::HostLimit { .. } => Code::HostLimit,
             CallError::Scope { .. } => Code::ScopeRefused,
-            CallError::Instantiate { .. } => Code::ArtifactCompile,
+            CallError::Instantiate { .. } | CallError::Compile { .. } => Code::ArtifactCompile,
         }
     }
 }

@@ -208,7 +208,7 @@ impl LoadedArtifact {
         grants: &Grants,
         events: Arc<dyn GuestEvents>,
     ) -> Result<HookInstance, CallError> {
-        let Pre::Hook(pre) = &self.pre else {
+        let Pre::Hook(pre) = self.pre().await? else {
             return Err(CallError::Instantiate {
                 artifact: self.name.clone(),
                 source: "a driver or tool has no lifecycle export".into(),

@@ -34,10 +34,12 @@ mod events;
 mod gate;
 mod grants;
 mod hook;
+mod later;
 mod limiter;
 mod load;
 mod policy;
 mod state;
+mod surface;
 mod tool_ahead;
 mod upstream;
 mod waits;
@@ -53,8 +55,9 @@ pub use events::{GuestEvents, InferenceAnswer, InferenceAsk, InferenceReplyText,
 pub use gate::{GateOpener, SendGate, send_gate};
 pub use grants::{ArtifactRole, Grants, Scope};
 pub use hook::{HookError, HookEvent, HookInstance, HookOutput};
+pub use later::{background_compiles_running, finish_background_compiles};
 pub use load::{
-    ALLOWED_MURMUR_IMPORTS, ComponentKind, HOOK_EXPORT, HOOK_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT,
+    ALLOWED_MURMUR_IMPORTS, Compile, ComponentKind, HOOK_EXPORT, HOOK_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT,
 };
 pub use policy::{Credential, GatewayRoute, KeyStyle, OutgoingPolicy, SecretKey, UpstreamStatus, gateway_address};
 pub use tool_ahead::ToolAhead;

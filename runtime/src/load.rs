@@ -1,18 +1,24 @@
 //! Loading an artifact: read, check it is a component, check its imports and export, compile
 //! (through the cache) and pre-link.
 //!
-//! The checks run on the component's type before linking, so a refused component is named
-//! with the exact interface that is missing or not allowed (E-CAP-003 / E-CAP-004).
+//! The checks read the component's imports and exports from its bytes before anything is
+//! compiled ([`crate::surface`]), so a refused component is named with the exact interface
+//! that is missing or not allowed (E-CAP-003 / E-CAP-004) and never compiled.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
+
+use wasmtime::component::Component;
 
 use crate::bindings::ArtifactHostPre as HostPre;
 use crate::bindings::hook::HookPre;
-use crate::cache::CacheHit;
+use crate::cache::{CacheHit, ComponentCache};
 use crate::engine::{Host, compile_err};
-use crate::error::LoadError;
+use crate::error::{CallError, LoadError};
+use crate::later::Later;
 use crate::state::StoreState;
+use crate::surface::{self, Depth, Surface};
 
 /// The export every driver and tool must have.
 pub const REQUIRED_EXPORT: &str = "murmur:tool/run@0.1.0";
@@ -34,7 +40,7 @@ const ALLOWED_WASI: [&str; 7] =
     ["wasi:cli/", "wasi:clocks/", "wasi:random/", "wasi:io/", "wasi:filesystem/", "wasi:http/", "wasi:sockets/"];
 
 /// Which world a component is checked and pre-linked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ComponentKind {
     /// A driver or tool: exports `murmur:tool/run@0.1.0`.
     Run,
@@ -49,17 +55,36 @@ pub(crate) enum Pre {
     Hook(HookPre<StoreState>),
 }
 
-/// A checked, compiled and pre-linked artifact.
+/// When a component missing from the cache is compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compile {
+    /// Before the load returns.
+    Now,
+    /// On a thread of its own, after the load has checked and validated it; its first call
+    /// waits ([`crate::later`]). For tools: nothing needs one before the model asks for it.
+    Background,
+}
+
+/// A checked artifact, compiled and pre-linked or being compiled in the background.
 #[derive(Clone)]
 pub struct LoadedArtifact {
     pub(crate) name: String,
-    pub(crate) pre: Pre,
+    kind: ComponentKind,
+    linked: Linking,
     /// Where the compiled code came from.
     pub cache_hit: CacheHit,
-    /// Time spent loading (read + check + compile or cache load + pre-link).
+    /// Time spent loading (read + check + compile or cache load + pre-link; for a compile in
+    /// the background, the check and validation only).
     pub load_time: std::time::Duration,
     /// The `murmur:` interfaces the component imports (only those it uses).
     pub murmur_imports: Vec<String>,
+}
+
+/// The pre-linked component, or the compile that makes it.
+#[derive(Clone)]
+enum Linking {
+    Ready(Pre),
+    Later(Arc<Later>),
 }
 
 impl std::fmt::Debug for LoadedArtifact {
@@ -79,6 +104,47 @@ fn allowed_import(kind: ComponentKind, name: &str) -> bool {
     murmur.contains(&name) || (ALLOWED_WASI.iter().any(|p| name.starts_with(p)) && name.contains("@0.2."))
 }
 
+/// Refuse a component whose imports or exports do not fit `kind` (E-CAP-003 / E-CAP-004).
+fn check(name: &str, kind: ComponentKind, surface: &Surface) -> Result<(), LoadError> {
+    if let Some(import) = surface.imports.iter().find(|i| !allowed_import(kind, i)) {
+        return Err(LoadError::UnknownImport { artifact: name.into(), interface: import.clone() });
+    }
+    let (export, what) = match kind {
+        ComponentKind::Run => (REQUIRED_EXPORT, "driver and tool"),
+        ComponentKind::Hook => (HOOK_EXPORT, "hook"),
+    };
+    if !surface.exports.iter().any(|n| n == export) {
+        let exports = if surface.exports.is_empty() { "nothing".to_string() } else { surface.exports.join(", ") };
+        return Err(LoadError::MissingExport { artifact: name.into(), export, kind: what, exports });
+    }
+    Ok(())
+}
+
+/// Pre-link a compiled component against `kind`'s world.
+fn link(host: &Host, name: &str, component: &Component, kind: ComponentKind) -> Result<Pre, LoadError> {
+    let pre = host.linker.instantiate_pre(component).map_err(|e| compile_err(name, e))?;
+    Ok(match kind {
+        ComponentKind::Run => Pre::Run(HostPre::new(pre).map_err(|e| compile_err(name, e))?),
+        ComponentKind::Hook => Pre::Hook(HookPre::new(pre).map_err(|e| compile_err(name, e))?),
+    })
+}
+
+/// Compile `bytes` (content `key`) through the cache and pre-link them (a background compile's
+/// work).
+pub(crate) fn compile_and_link(
+    host: &Host,
+    name: &str,
+    key: &[u8; 32],
+    bytes: &[u8],
+    kind: ComponentKind,
+) -> Result<Pre, LoadError> {
+    let component = match host.cache.lookup(&host.engine, key).map_err(|e| compile_err(name, e))? {
+        Some((c, _)) => c,
+        None => host.cache.compile(&host.engine, key, bytes).map_err(|e| compile_err(name, e))?,
+    };
+    link(host, name, &component, kind)
+}
+
 impl LoadedArtifact {
     /// Load the driver or tool `name` from a `.wasm` file.
     pub fn load_file(host: &Host, name: &str, path: &Path) -> Result<LoadedArtifact, LoadError> {
@@ -92,12 +158,24 @@ impl LoadedArtifact {
         path: &Path,
         kind: ComponentKind,
     ) -> Result<LoadedArtifact, LoadError> {
+        Self::load_file_with(host, name, path, kind, Compile::Now)
+    }
+
+    /// Load the artifact `name` of `kind` from a `.wasm` file, compiling it `when` it is not in
+    /// the cache.
+    pub fn load_file_with(
+        host: &Host,
+        name: &str,
+        path: &Path,
+        kind: ComponentKind,
+        when: Compile,
+    ) -> Result<LoadedArtifact, LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             artifact: name.into(),
             path: path.into(),
             source,
         })?;
-        Self::load_bytes_as(host, name, path, &bytes, kind)
+        Self::load_bytes_with(host, name, path, &bytes, kind, when)
     }
 
     /// Load the driver or tool `name` from bytes (`path` is only for messages).
@@ -112,6 +190,22 @@ impl LoadedArtifact {
         path: &Path,
         bytes: &[u8],
         kind: ComponentKind,
+    ) -> Result<LoadedArtifact, LoadError> {
+        Self::load_bytes_with(host, name, path, bytes, kind, Compile::Now)
+    }
+
+    /// Load the artifact `name` of `kind` from bytes (`path` is only for messages), compiling
+    /// it `when` it is not in the cache. Whatever `when` says, a refused component is refused
+    /// here: its imports and exports are checked before anything is compiled, and one left
+    /// to the background is validated first (one that fails validation is compiled now, so
+    /// the refusal is the compiler's own).
+    pub fn load_bytes_with(
+        host: &Host,
+        name: &str,
+        path: &Path,
+        bytes: &[u8],
+        kind: ComponentKind,
+        when: Compile,
     ) -> Result<LoadedArtifact, LoadError> {
         let started = Instant::now();
         match bytes.get(0..8) {
@@ -131,35 +225,45 @@ impl LoadedArtifact {
                 });
             }
         }
-        let (component, cache_hit) =
-            host.cache.get_or_compile(&host.engine, bytes).map_err(|e| compile_err(name, e))?;
-        let ty = component.component_type();
-        for (import, _) in ty.imports(&host.engine) {
-            if !allowed_import(kind, import) {
-                return Err(LoadError::UnknownImport { artifact: name.into(), interface: import.to_string() });
+        let malformed = |e| LoadError::Compile { artifact: name.into(), source: Box::new(e) };
+        let surface = surface::read(bytes, Depth::Names).map_err(malformed)?;
+        check(name, kind, &surface)?;
+        let murmur_imports = surface.imports.into_iter().filter(|n| n.starts_with("murmur:")).collect();
+        let key = ComponentCache::key_of(bytes);
+        let found = host.cache.lookup(&host.engine, &key).map_err(|e| compile_err(name, e))?;
+        let later = when == Compile::Background
+            && found.is_none()
+            && surface::read(bytes, Depth::Validate)
+                .inspect_err(|e| tracing::debug!(artifact = name, error = %e, "fails validation; compiling now"))
+                .is_ok();
+        let (linked, cache_hit) = match found {
+            None if later => (Linking::Later(crate::later::start(host, key, name, bytes, kind)), CacheHit::Background),
+            Some((component, hit)) => (Linking::Ready(link(host, name, &component, kind)?), hit),
+            None => {
+                let component = host.cache.compile(&host.engine, &key, bytes).map_err(|e| compile_err(name, e))?;
+                (Linking::Ready(link(host, name, &component, kind)?), CacheHit::Compiled)
             }
-        }
-        let exports: Vec<String> = ty.exports(&host.engine).map(|(n, _)| n.to_string()).collect();
-        let (export, what) = match kind {
-            ComponentKind::Run => (REQUIRED_EXPORT, "driver and tool"),
-            ComponentKind::Hook => (HOOK_EXPORT, "hook"),
         };
-        if !exports.iter().any(|n| n == export) {
-            let list = if exports.is_empty() {
-                "nothing".to_string()
-            } else {
-                exports.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
-            };
-            return Err(LoadError::MissingExport { artifact: name.into(), export, kind: what, exports: list });
-        }
-        let pre = host.linker.instantiate_pre(&component).map_err(|e| compile_err(name, e))?;
-        let pre = match kind {
-            ComponentKind::Run => Pre::Run(HostPre::new(pre).map_err(|e| compile_err(name, e))?),
-            ComponentKind::Hook => Pre::Hook(HookPre::new(pre).map_err(|e| compile_err(name, e))?),
+        Ok(LoadedArtifact { name: name.into(), kind, linked, cache_hit, load_time: started.elapsed(), murmur_imports })
+    }
+
+    /// The pre-linked component, waiting for its compile when that runs in the background. A
+    /// compile that failed refuses the call with its error.
+    pub(crate) async fn pre(&self) -> Result<&Pre, CallError> {
+        let linked = match &self.linked {
+            Linking::Ready(pre) => return Ok(pre),
+            Linking::Later(later) => later.wait().await,
         };
-        let murmur_imports =
-            ty.imports(&host.engine).map(|(n, _)| n.to_string()).filter(|n| n.starts_with("murmur:")).collect();
-        Ok(LoadedArtifact { name: name.into(), pre, cache_hit, load_time: started.elapsed(), murmur_imports })
+        linked.as_ref().map_err(|e| CallError::Compile { artifact: self.name.clone(), source: e.clone() })
+    }
+
+    /// Whether the component is compiled and pre-linked (false while its compile runs in the
+    /// background, or when that compile failed).
+    pub fn is_compiled(&self) -> bool {
+        match &self.linked {
+            Linking::Ready(_) => true,
+            Linking::Later(later) => later.get().is_some_and(|l| l.is_ok()),
+        }
     }
 
     /// The artifact's name.
@@ -169,9 +273,6 @@ impl LoadedArtifact {
 
     /// The world it was loaded against.
     pub fn kind(&self) -> ComponentKind {
-        match self.pre {
-            Pre::Run(_) => ComponentKind::Run,
-            Pre::Hook(_) => ComponentKind::Hook,
-        }
+        self.kind
     }
 }

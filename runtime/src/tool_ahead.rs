@@ -33,7 +33,7 @@ use crate::call::{CallOutcome, ToolInput};
 use crate::engine::Host;
 use crate::events::GuestEvents;
 use crate::grants::Grants;
-use crate::load::{LoadedArtifact, Pre};
+use crate::load::{ComponentKind, LoadedArtifact};
 use crate::state::StoreState;
 use crate::waits::{Wait, Waits};
 
@@ -65,7 +65,7 @@ impl ToolAhead {
     /// first wait.
     pub fn first(artifact: &LoadedArtifact, host: &Host, grants: &Grants, waits: &Waits) -> ToolAhead {
         let mut ahead = ToolAhead::default();
-        if matches!(artifact.pre, Pre::Run(_)) {
+        if artifact.kind() == ComponentKind::Run {
             ahead.start(artifact, host, grants, waits, None);
         }
         ahead
@@ -147,7 +147,7 @@ impl LoadedArtifact {
         ahead: &mut ToolAhead,
         waits: &Waits,
     ) -> CallOutcome {
-        if !matches!(self.pre, Pre::Run(_)) {
+        if self.kind() != ComponentKind::Run {
             return self.call(host, grants, events, input).await;
         }
         let made = ahead.take(grants, events.clone()).await;

@@ -9,6 +9,8 @@ provider requests minus the stub's own time on the first (what the #16 targets c
   turns.py ab N ROUNDS A B    alternate A and B; medians per window, and the rounds B was lower
   turns.py split BIN [RUNS]   a turn split by the `inference` trace lines (call, loop, rest)
   turns.py start ROUNDS A B   whole 8-turn runs, alternating: wall time and peak RSS
+  turns.py cold ROUNDS A B    1-turn runs with an empty component cache each, alternating: spawn
+                              to the first provider byte, turn 1 (its tool call), wall, peak RSS
   turns.py timeline BIN       one 110-turn run on a syscall timeline (needs `perf`)
   turns.py callgrind BIN      instructions a turn: (110-turn run - 10-turn run) / 100 (valgrind)
 
@@ -58,15 +60,17 @@ def capsule():
     return folder
 
 
-def run(binary, turns, stub, prefix=()):
-    """One session; (the stub's request records, the session folder, wall seconds)."""
+def run(binary, turns, stub, prefix=(), args=()):
+    """One session; (the stub's request records, the session folder, wall seconds, the spawn's
+    Unix time in ns)."""
     proc = subprocess.Popen([stub, "stub-provider", "--script", script(turns)], stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().split()[-1]
         cwd = tempfile.mkdtemp(dir=WORK)
         env = dict(os.environ, ANTHROPIC_API_KEY="bench")
         t0 = time.perf_counter()
-        done = subprocess.run([*prefix, binary, "run", capsule(), "--endpoint", url, "--task", "go"],
+        spawned = time.time_ns()
+        done = subprocess.run([*prefix, binary, "run", capsule(), "--endpoint", url, "--task", "go", *args],
                               cwd=cwd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
@@ -77,7 +81,7 @@ def run(binary, turns, stub, prefix=()):
         proc.wait()
     if len(reqs) < turns + 1:
         sys.exit(f"{binary}: {len(reqs)} requests for a {turns}-turn script")
-    return reqs, cwd, wall
+    return reqs, cwd, wall, spawned
 
 
 def overheads(reqs):
@@ -107,7 +111,7 @@ def ab(turns, rounds, a, b):
 def split(binary, runs):
     rows = []
     for _ in range(runs):
-        reqs, cwd, _ = run(binary, 110, os.environ.get("STUB", binary))
+        reqs, cwd, _, _ = run(binary, 110, os.environ.get("STUB", binary))
         trace = glob.glob(os.path.join(cwd, "capsule-work/hello/ses_*/trace.jsonl"))[0]
         inference = [e for e in map(json.loads, open(trace)) if e["event_type"] == "inference"]
         for k in range(2, len(reqs) - 1):
@@ -126,9 +130,29 @@ def start(rounds, a, b):
     for i in range(rounds):
         for side in (0, 1) if i % 2 == 0 else (1, 0):
             # GNU time's maximum resident set of the capsule process, in KiB.
-            _, _, wall = run((a, b)[side], 8, stub, prefix=("/usr/bin/time", "-f", "%M", "-o", out))
+            _, _, wall, _ = run((a, b)[side], 8, stub, prefix=("/usr/bin/time", "-f", "%M", "-o", out))
             res[side].append((wall * 1000, int(open(out).read().split()[-1]) / 1024))
     for i, name in enumerate(("wall ms", "peak RSS MiB")):
+        xa = [r[i] for r in res[0]]
+        xb = [r[i] for r in res[1]]
+        lower = sum(y < x for x, y in zip(xa, xb))
+        print(f"{name:14s} {st.median(xa):.2f} / {st.median(xb):.2f}  (B lower in {lower}/{rounds})")
+
+
+def cold(rounds, a, b):
+    stub = os.environ.get("STUB", a)
+    res = ([], [])
+    out = os.path.join(WORK, "time.txt")
+    for i in range(rounds):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            cache = tempfile.mkdtemp(dir=WORK)
+            reqs, _, wall, spawned = run((a, b)[side], 1, stub, prefix=("/usr/bin/time", "-f", "%M", "-o", out),
+                                         args=("--cache-dir", cache))
+            first = (reqs[0]["received_unix_ns"] - spawned) / 1e6
+            rss = int(open(out).read().split()[-1]) / 1024
+            res[side].append((first, overheads(reqs)[0], wall * 1000, rss))
+    names = ("first byte ms", "turn 1 ms", "wall ms", "peak RSS MiB")
+    for i, name in enumerate(names):
         xa = [r[i] for r in res[0]]
         xb = [r[i] for r in res[1]]
         lower = sum(y < x for x, y in zip(xa, xb))
@@ -143,7 +167,7 @@ def timeline(binary):
     prefix = ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-c", "1", "-o", data]
     for e in events:
         prefix += ["-e", f"syscalls:sys_enter_{e}"]
-    reqs, _, _ = run(binary, 110, os.environ.get("STUB", binary), prefix=prefix)
+    reqs, _, _, _ = run(binary, 110, os.environ.get("STUB", binary), prefix=prefix)
     text = subprocess.run(["perf", "script", "-i", data, "-F", "tid,time,event", "--ns"],
                           capture_output=True, text=True).stdout
     ev = []
@@ -196,6 +220,8 @@ def main(argv):
         split(args[0], int(args[1]) if len(args) == 2 else 5)
     elif cmd == "start" and len(args) == 3:
         start(int(args[0]), args[1], args[2])
+    elif cmd == "cold" and len(args) == 3:
+        cold(int(args[0]), args[1], args[2])
     elif cmd == "timeline" and len(args) == 1:
         timeline(args[0])
     elif cmd == "callgrind" and len(args) == 1:

@@ -66,3 +66,56 @@ async fn a_launch_that_compiles_removes_cache_files_unused_for_30_days() {
     assert!(age(ours) < Duration::from_secs(3600), "a load marks its file used: {:?} old", age(ours));
     assert!(recent.exists(), "a launch that only loads removes nothing");
 }
+
+/// The session's `session_start` record: each artifact's name and where its code came from.
+fn cache_sources(trace: &str) -> Vec<(String, String)> {
+    let start: serde_json::Value = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("trace line is JSON"))
+        .find(|e| e["event_type"] == "session_start")
+        .expect("a session_start record");
+    let artifacts = start["artifacts"].as_array().cloned().unwrap_or_default();
+    artifacts
+        .iter()
+        .map(|a| {
+            (a["name"].as_str().unwrap_or_default().to_string(), a["cache"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// `capsule demo` (the hello capsule: a driver and the `files` tool, one tool call) with the
+/// cache folder `cache`; returns its trace.
+fn demo_with_cache(cache: &Path) -> String {
+    let work = tempfile::tempdir().expect("workdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .current_dir(crate::common::repo())
+        .args(["demo", "--json", "--workdir"])
+        .arg(work.path())
+        .env("CAPSULE_CACHE_DIR", cache)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("files/hello.txt")).expect("the tool ran and wrote its file"),
+        "Hello from a Murmur capsule!\n"
+    );
+    let ready: serde_json::Value = serde_json::from_str(stdout.lines().next().expect("ready")).expect("json");
+    let session = ready["session_id"].as_str().expect("session id");
+    std::fs::read_to_string(work.path().join(session).join("trace.jsonl")).expect("trace")
+}
+
+#[test]
+fn a_cold_launch_compiles_the_tool_in_the_background_and_the_next_launch_finds_both() {
+    let cache = tempfile::tempdir().expect("cache");
+    let first = cache_sources(&demo_with_cache(cache.path()));
+    assert_eq!(
+        first,
+        [("anthropic".to_string(), "compiled".to_string()), ("files".to_string(), "background".to_string())],
+        "the driver is compiled before the session starts, the tool beside it"
+    );
+    // The process waited for the tool's compile before it exited: both are on disk.
+    assert_eq!(cwasm_files(cache.path()).len(), 2, "{:?}", cwasm_files(cache.path()));
+    let second = cache_sources(&demo_with_cache(cache.path()));
+    assert_eq!(second, [("anthropic".to_string(), "disk".to_string()), ("files".to_string(), "disk".to_string())]);
+}

@@ -7,6 +7,7 @@ mod a2a;
 mod a2a_sdk;
 mod adversarial;
 mod ahead;
+mod background_compile;
 mod bad_input;
 mod cluster;
 mod cluster_door_token;
