@@ -81,11 +81,6 @@ pub fn finish_background_compiles() {
     }
 }
 
-/// Whether a background compile of this process is still running.
-pub fn background_compiles_running() -> bool {
-    THREADS.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|t| !t.is_finished())
-}
-
 /// Compile `bytes` (content `key`, checked by the caller) as `kind` on a thread of its own,
 /// or join the compile of the same content and kind already running in `host`.
 pub(crate) fn start(host: &Host, key: [u8; 32], name: &str, bytes: &[u8], kind: ComponentKind) -> Arc<Later> {

@@ -55,7 +55,7 @@ pub use events::{GuestEvents, InferenceAnswer, InferenceAsk, InferenceReplyText,
 pub use gate::{GateOpener, SendGate, send_gate};
 pub use grants::{ArtifactRole, Grants, Scope};
 pub use hook::{HookError, HookEvent, HookInstance, HookOutput};
-pub use later::{background_compiles_running, finish_background_compiles};
+pub use later::finish_background_compiles;
 pub use load::{
     ALLOWED_MURMUR_IMPORTS, Compile, ComponentKind, HOOK_EXPORT, HOOK_MURMUR_IMPORTS, LoadedArtifact, REQUIRED_EXPORT,
 };

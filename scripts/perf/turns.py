@@ -11,6 +11,7 @@ provider requests minus the stub's own time on the first (what the #16 targets c
   turns.py start ROUNDS A B   whole 8-turn runs, alternating: wall time and peak RSS
   turns.py cold ROUNDS A B    1-turn runs with an empty component cache each, alternating: spawn
                               to the first provider byte, turn 1 (its tool call), wall, peak RSS
+  turns.py warm ROUNDS A B    the same with one filled cache (each binary's first run fills it)
   turns.py timeline BIN       one 110-turn run on a syscall timeline (needs `perf`)
   turns.py callgrind BIN      instructions a turn: (110-turn run - 10-turn run) / 100 (valgrind)
 
@@ -139,13 +140,17 @@ def start(rounds, a, b):
         print(f"{name:14s} {st.median(xa):.2f} / {st.median(xb):.2f}  (B lower in {lower}/{rounds})")
 
 
-def cold(rounds, a, b):
+def first(rounds, a, b, warm):
     stub = os.environ.get("STUB", a)
     res = ([], [])
     out = os.path.join(WORK, "time.txt")
+    filled = tempfile.mkdtemp(dir=WORK)
+    if warm:
+        for binary in (a, b):
+            run(binary, 1, stub, args=("--cache-dir", filled))
     for i in range(rounds):
         for side in (0, 1) if i % 2 == 0 else (1, 0):
-            cache = tempfile.mkdtemp(dir=WORK)
+            cache = filled if warm else tempfile.mkdtemp(dir=WORK)
             reqs, _, wall, spawned = run((a, b)[side], 1, stub, prefix=("/usr/bin/time", "-f", "%M", "-o", out),
                                          args=("--cache-dir", cache))
             first = (reqs[0]["received_unix_ns"] - spawned) / 1e6
@@ -220,8 +225,8 @@ def main(argv):
         split(args[0], int(args[1]) if len(args) == 2 else 5)
     elif cmd == "start" and len(args) == 3:
         start(int(args[0]), args[1], args[2])
-    elif cmd == "cold" and len(args) == 3:
-        cold(int(args[0]), args[1], args[2])
+    elif cmd in ("cold", "warm") and len(args) == 3:
+        first(int(args[0]), args[1], args[2], cmd == "warm")
     elif cmd == "timeline" and len(args) == 1:
         timeline(args[0])
     elif cmd == "callgrind" and len(args) == 1:
