@@ -7,8 +7,9 @@
 //! - a call never runs anything but the compiled, pre-linked component: it waits for the
 //!   compile, and a compile that fails (or panics) makes every call of the tool a refusal
 //!   with the compile's error (E-CAP-005), never a hang;
-//! - one compile per component and kind at a time in a host: a second launch of the same
-//!   bytes while the first compile runs waits for that one;
+//! - one compile per component, kind and artifact name at a time in a host: a second launch
+//!   of the same bytes under the same name while the first compile runs waits for that one
+//!   (the name is part of the key because the compile's error names the artifact);
 //! - the process waits for compiles still running before it exits
 //!   ([`finish_background_compiles`]), so the `.cwasm` reaches the cache and the next launch
 //!   is warm.
@@ -60,8 +61,9 @@ impl Later {
     }
 }
 
-/// What a background compile is known by: the cache's key of the bytes, and the world.
-type Job = ([u8; 32], ComponentKind);
+/// What a background compile is known by: the cache's key of the bytes, the world, and the
+/// artifact's name (its error names the artifact, so a capsule never sees another's name).
+type Job = ([u8; 32], ComponentKind, String);
 
 /// The background compiles running in one host.
 #[derive(Default)]
@@ -82,16 +84,17 @@ pub fn finish_background_compiles() {
 }
 
 /// Compile `bytes` (content `key`, checked by the caller) as `kind` on a thread of its own,
-/// or join the compile of the same content and kind already running in `host`.
+/// or join the compile of the same content, kind and name already running in `host`.
 pub(crate) fn start(host: &Host, key: [u8; 32], name: &str, bytes: &[u8], kind: ComponentKind) -> Arc<Later> {
+    let job: Job = (key, kind, name.to_string());
     let mut running = host.compiling.running.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(later) = running.get(&(key, kind)) {
+    if let Some(later) = running.get(&job) {
         return later.clone();
     }
     let later = Arc::new(Later::default());
-    running.insert((key, kind), later.clone());
+    running.insert(job.clone(), later.clone());
     drop(running);
-    let job = {
+    let work = {
         let (host, later, name, bytes) = (host.clone(), later.clone(), name.to_string(), bytes.to_vec());
         move || {
             let linked = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -104,7 +107,7 @@ pub(crate) fn start(host: &Host, key: [u8; 32], name: &str, bytes: &[u8], kind: 
                 tracing::warn!(artifact = name, error = %e, "a tool compiled in the background failed; its calls are refused");
             }
             later.finish(linked.map_err(Arc::new));
-            host.compiling.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&(key, kind));
+            host.compiling.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&job);
         }
     };
     // The job goes to the thread once it exists, so a thread that cannot be had leaves it
@@ -121,12 +124,12 @@ pub(crate) fn start(host: &Host, key: [u8; 32], name: &str, bytes: &[u8], kind: 
             // Ended threads are let go (dropping the handle detaches them).
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
-            let _ = tx.send(Box::new(job));
+            let _ = tx.send(Box::new(work));
         }
         // No thread to be had: compiled here, as without the background.
         Err(e) => {
             tracing::warn!(artifact = name, error = %e, "cannot start a compile thread; compiling now");
-            job();
+            work();
         }
     }
     later

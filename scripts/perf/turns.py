@@ -184,7 +184,7 @@ def timeline(binary):
     sends = [i for i, e in enumerate(ev) if e[2] == "writev" and e[0] == main]
     off = min(r["received_unix_ns"] / 1e3 - ev[s][1] for r, s in zip(reqs, sends))
     rows = []
-    for k in range(len(sends) - 1):
+    for k in range(min(len(sends), len(reqs)) - 1):
         s, n = sends[k], sends[k + 1]
         wake = next((i for i in range(s + 1, n) if ev[i][0] == main and ev[i][2] == "futex"), None)
         if wake is None:
