@@ -138,7 +138,7 @@ pub(crate) fn from_package(
         &pkg.path.join(&name),
         bytes,
         component_kind(decl.runtime),
-        compile_when(decl.runtime),
+        compile_when(decl, m),
     )?;
     role_fits(decl, &loaded)?;
     let at = format!("artifacts[{}].capabilities", decl.name);
@@ -193,13 +193,15 @@ pub(crate) fn role_fits(decl: &Artifact, loaded: &LoadedArtifact) -> Result<(), 
     }
 }
 
-/// When an artifact declared with `runtime` is compiled if the cache lacks it: a tool in the
-/// background (nothing needs it before the model asks for it, and its first call waits for
-/// it), drivers and hooks before the session starts (the first turn needs them).
-pub(crate) fn compile_when(runtime: ArtifactRuntime) -> Compile {
-    match runtime {
-        ArtifactRuntime::Tool => Compile::Background,
-        ArtifactRuntime::Driver | ArtifactRuntime::Hook => Compile::Now,
+/// When `decl` is compiled if the cache lacks it: the primary driver and hooks before the
+/// session starts (the first turn needs them); tools and the other drivers in the background
+/// (nothing needs a tool before the model asks for it, nor another driver before a switch to
+/// it), their first call waiting for the compile.
+pub(crate) fn compile_when(decl: &Artifact, m: &Manifest) -> Compile {
+    match decl.runtime {
+        ArtifactRuntime::Driver if decl.name == m.inference.driver.artifact => Compile::Now,
+        ArtifactRuntime::Hook => Compile::Now,
+        ArtifactRuntime::Driver | ArtifactRuntime::Tool => Compile::Background,
     }
 }
 

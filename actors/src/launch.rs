@@ -7,7 +7,7 @@ use capsule_protocol::manifest::{self, Artifact, ArtifactRuntime, Capabilities, 
 use capsule_protocol::neutral::ToolSpec;
 use capsule_protocol::{Code, Diagnostic};
 use capsule_runtime::{
-    ArtifactRole, Beneath, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope, gateway_address,
+    ArtifactRole, Beneath, Compile, DiskMeter, Grants, Host, LoadedArtifact, OutgoingPolicy, Scope, gateway_address,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -228,10 +228,10 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
     let stores = package::stores(&dir, opts.env.get("HOME").map(Path::new));
     let mut locked = Vec::new();
     let mut artifacts = Vec::new();
-    // Tools last: one missing from the cache is compiled in the background, and started after
-    // the drivers' and hooks' compiles it does not slow them. Kept in declaration order after.
+    // What is compiled in the background last: started after the compiles the first turn
+    // waits for, it does not slow them. Kept in declaration order after.
     let mut order: Vec<usize> = (0..m.artifacts.len()).collect();
-    order.sort_by_key(|&i| m.artifacts[i].runtime == ArtifactRuntime::Tool);
+    order.sort_by_key(|&i| compile_when(&m.artifacts[i], &m) == Compile::Background);
     for i in order {
         let decl = &m.artifacts[i];
         let Some(source) = decl.source.as_deref() else {
@@ -279,7 +279,7 @@ fn prepare_in(opts: &LaunchOptions, session_id: &str) -> Result<Prepared, Launch
             )
             .into());
         }
-        let (kind, when) = (component_kind(decl.runtime), compile_when(decl.runtime));
+        let (kind, when) = (component_kind(decl.runtime), compile_when(decl, &m));
         let loaded = LoadedArtifact::load_file_with(&opts.host, &decl.name, &module, kind, when)?;
         role_fits(decl, &loaded)?;
         let at = format!("artifacts[{}].capabilities", decl.name);

@@ -127,3 +127,37 @@ async fn what_a_load_can_refuse_without_compiling_is_refused_at_the_load_even_fo
     let cwasm = std::fs::read_dir(cache.path()).expect("cache").filter_map(Result::ok);
     assert_eq!(cwasm.filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).count(), 0, "nothing was compiled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alternate_driver_is_compiled_in_the_background_and_a_switch_to_it_waits_for_it() {
+    use crate::control::{SECRET, client_for, switchy};
+    let stub = stub(vec![capsule_stub::Turn::text("from the primary"), capsule_stub::Turn::text("from the alternate")]);
+    let cap = switchy(&stub.url(), "");
+    let cache = tempfile::tempdir().expect("cache");
+    let mut opts = cap.options([("PRIMARY_KEY".to_string(), "k-primary".to_string())].into());
+    opts.host = empty_cache_host(cache.path());
+    let session = Arc::new(capsule_actors::Session::launch(opts).await.expect("launch"));
+    let (session, c) = client_for(session);
+    assert_eq!(session.submit("one").await.expect("outcome").message, "from the primary");
+    // The trace holds the launch's record once the first task is over.
+    let trace = std::fs::read_to_string(session.dir.join("trace.jsonl")).expect("trace");
+    let start: serde_json::Value = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("trace line is JSON"))
+        .find(|e| e["event_type"] == "session_start")
+        .expect("a session_start record");
+    let cache_of = |name: &str| {
+        let artifacts = start["artifacts"].as_array().cloned().unwrap_or_default();
+        artifacts.iter().find(|a| a["name"] == name).map(|a| a["cache"].clone()).unwrap_or_default()
+    };
+    assert_eq!(cache_of("anthropic"), "compiled", "the primary driver is compiled before the session starts");
+    assert_eq!(cache_of("openai"), "background", "the alternate waits for a switch: {start}");
+    assert_eq!(cache_of("spin"), "background");
+
+    assert_eq!(c.ok("PUT", "/control/secrets/OPENAI_KEY", Some("text/plain"), SECRET).await.0, 200);
+    let body = "{\"value\":\"alt\"}";
+    assert_eq!(c.ok("PUT", "/control/settings/inference.driver", Some("application/json"), body).await.0, 200);
+    assert_eq!(session.submit("two").await.expect("outcome").message, "from the alternate");
+    let paths: Vec<String> = stub.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/v1/messages", "/v1/chat/completions"]);
+}

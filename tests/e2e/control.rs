@@ -62,7 +62,11 @@ impl Client {
 }
 
 pub(crate) async fn client(cap: &Capsule, env: &[(&str, &str)]) -> (Arc<capsule_actors::Session>, Client) {
-    let session = Arc::new(cap.launch_with_env(env).await.expect("launch"));
+    client_for(Arc::new(cap.launch_with_env(env).await.expect("launch")))
+}
+
+/// A control client of `session` (its token read from the file the launch minted).
+pub(crate) fn client_for(session: Arc<capsule_actors::Session>) -> (Arc<capsule_actors::Session>, Client) {
     let token =
         std::fs::read_to_string(session.control.as_ref().expect("surface").token_file.as_ref().expect("minted here"))
             .expect("token file");
