@@ -10,6 +10,7 @@ mod common;
 #[path = "../e2e/http_support.rs"]
 #[allow(dead_code, reason = "the suite uses part of the shared test support")]
 mod http_support;
+mod later_probes;
 mod probes;
 mod session_probes;
 
@@ -67,6 +68,7 @@ probe_tests! {
     a_scope_replaced_by_another_folder_after_a_tool_instance_was_made_gives_the_new_folder,
     a_tool_instance_made_with_a_folder_serves_no_call_without_one,
     disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit,
+    a_tool_file_swapped_during_its_background_compile_is_not_run,
 }
 
 #[tokio::test]

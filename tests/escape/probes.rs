@@ -76,6 +76,7 @@ pub const PROBES: &[&str] = &[
     "a_scope_replaced_by_another_folder_after_a_tool_instance_was_made_gives_the_new_folder",
     "a_tool_instance_made_with_a_folder_serves_no_call_without_one",
     "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit",
+    "a_tool_file_swapped_during_its_background_compile_is_not_run",
 ];
 
 /// Run the probe called `name`.
@@ -126,6 +127,9 @@ pub async fn run(name: &str) -> Verdict {
             ap::folder_made_ahead_serves_no_call_without_one().await
         }
         "disk_fill_in_aggregate_across_calls_made_ahead_is_a_coded_limit" => ap::disk_aggregate_made_ahead().await,
+        "a_tool_file_swapped_during_its_background_compile_is_not_run" => {
+            crate::later_probes::swapped_during_background_compile().await
+        }
         other => Verdict::escaped(format!("no probe named {other}")),
     }
 }
