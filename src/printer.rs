@@ -123,6 +123,11 @@ pub async fn start(session: &Arc<Session>, style: Style) -> mpsc::UnboundedRecei
     let session = session.clone();
     tokio::spawn(async move {
         'frames: while let Some(first) = frames.recv().await {
+            // The session's own work first: a frame wakes this task in the middle of a turn,
+            // and on `capsule run`'s one worker a task woken there runs next, ahead of the
+            // journal's step, the tool's wake-up and the next request. Yielding puts the
+            // printing behind them (into the provider's wait, or the tool's run).
+            tokio::task::yield_now().await;
             // The frames that have already arrived go out with it, up to a task's final status
             // (it is answered before anything after it is printed).
             let mut burst = vec![first];
