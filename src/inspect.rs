@@ -70,6 +70,13 @@ pub async fn check(args: CheckArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return refuse(chain(&e), args.json),
     };
+    // What a launch leaves to the background (a tool, another driver) is compiled here too: a
+    // check passes only when every artifact would run.
+    for a in &prepared.artifacts {
+        if let Err(e) = a.loaded.compiled().await {
+            return refuse(chain(&*e), args.json);
+        }
+    }
     let m = &prepared.manifest;
     let drivers =
         prepared.artifacts.iter().filter(|a| a.decl.runtime == capsule_protocol::manifest::ArtifactRuntime::Driver);

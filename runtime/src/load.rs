@@ -257,6 +257,15 @@ impl LoadedArtifact {
         linked.as_ref().map_err(|e| CallError::Compile { artifact: self.name.clone(), source: e.clone() })
     }
 
+    /// Wait for a compile in the background to end; its error, when it failed (for a check
+    /// that must report what a launch leaves to the first call).
+    pub async fn compiled(&self) -> Result<(), Arc<LoadError>> {
+        match &self.linked {
+            Linking::Ready(_) => Ok(()),
+            Linking::Later(later) => later.wait().await.as_ref().map(|_| ()).map_err(Arc::clone),
+        }
+    }
+
     /// Whether the component is compiled and pre-linked (false while its compile runs in the
     /// background, or when that compile failed).
     pub fn is_compiled(&self) -> bool {

@@ -161,3 +161,20 @@ async fn an_alternate_driver_is_compiled_in_the_background_and_a_switch_to_it_wa
     let paths: Vec<String> = stub.requests().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/v1/messages", "/v1/chat/completions"]);
 }
+
+#[test]
+fn capsule_check_compiles_what_a_launch_leaves_to_the_background_and_reports_its_failure() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bad = dir.path().join("unlinkable.wasm");
+    std::fs::write(&bad, wat::parse_str(UNLINKABLE).expect("wat")).expect("write");
+    let cap = anthropic_capsule("http://127.0.0.1:9", &[("bad", &bad.display().to_string())], "");
+    let cache = tempfile::tempdir().expect("cache");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capsule"))
+        .args(["check", &cap.path().display().to_string()])
+        .env("CAPSULE_CACHE_DIR", cache.path())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a tool that cannot be linked fails the check: {stderr}");
+    assert!(stderr.contains("E-CAP-005") && stderr.contains("`bad`"), "{stderr}");
+}
