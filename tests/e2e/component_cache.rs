@@ -68,7 +68,7 @@ async fn a_launch_that_compiles_removes_cache_files_unused_for_30_days() {
 }
 
 /// The session's `session_start` record: each artifact's name and where its code came from.
-fn cache_sources(trace: &str) -> Vec<(String, String)> {
+pub(crate) fn cache_sources(trace: &str) -> Vec<(String, String)> {
     let start: serde_json::Value = trace
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("trace line is JSON"))
