@@ -1,11 +1,11 @@
-//! A component compiled in the background: a launch that finds a tool missing from the
-//! component cache checks it (names and validation, [`crate::surface`]) and starts the
-//! session; the compile runs on a thread of its own, and the tool's first call (or its
-//! instance made ahead) waits for it.
+//! A component compiled in the background: a launch that finds a tool (or a driver other than
+//! the primary) missing from the component cache checks it (names and validation,
+//! [`crate::surface`]) and starts the session; the compile runs on a thread of its own, and
+//! the artifact's first call (or its instance made ahead) waits for it.
 //!
 //! Guarantees:
 //! - a call never runs anything but the compiled, pre-linked component: it waits for the
-//!   compile, and a compile that fails (or panics) makes every call of the tool a refusal
+//!   compile, and a compile that fails (or panics) makes every call of it a refusal
 //!   with the compile's error (E-CAP-005), never a hang;
 //! - one compile per component, kind and artifact name at a time in a host: a second launch
 //!   of the same bytes under the same name while the first compile runs waits for that one
