@@ -39,8 +39,8 @@ pub enum CacheHit {
     /// Compiled from the wasm bytes.
     Compiled,
     /// Missing from the cache, and being compiled on a thread of its own while the session
-    /// runs (a tool: nothing needs it before the model asks for it). Its first call waits
-    /// for the compile.
+    /// runs (a tool, or a driver other than the primary: nothing calls one before the model
+    /// asks for it or a switch names it). Its first call waits for the compile.
     Background,
 }
 

@@ -61,7 +61,8 @@ pub enum Compile {
     /// Before the load returns.
     Now,
     /// On a thread of its own, after the load has checked and validated it; its first call
-    /// waits ([`crate::later`]). For tools: nothing needs one before the model asks for it.
+    /// waits ([`crate::later`]). For tools and drivers other than the primary: nothing calls
+    /// one before the model asks for it or a switch names it.
     Background,
 }
 
