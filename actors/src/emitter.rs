@@ -221,7 +221,16 @@ impl Actor for Emitter {
                     state.publish(numbered);
                 }
             }
-            EmitterMsg::Flush => state.flush(),
+            EmitterMsg::Flush => {
+                // The session's own work first: a burst is emitted in the middle of a turn, and
+                // on the session's one worker this task, woken there, would run next, ahead of
+                // the journal's step, the tool's wake-up and the next request. Yielding once puts
+                // the write and the sending behind them (into the tool's run or the provider's
+                // wait). The order of frames does not change: anything asked meanwhile queues
+                // behind this flush in the mailbox.
+                tokio::task::yield_now().await;
+                state.flush()
+            }
             EmitterMsg::Stored(numbered) => state.publish(numbered),
             EmitterMsg::Subscribe { after, reply } => {
                 let replay: Vec<SharedFrame> = match after {
