@@ -442,14 +442,7 @@ impl Actor for SpendMeter {
             SpendMsg::Admit { estimated_input, max_output, reply } => {
                 let _ = reply.send(state.admit(estimated_input, max_output).await);
             }
-            SpendMsg::Settle { reservation, input, output, actual } => {
-                // A call's answer just came, and the loop's step (its journal write, then the
-                // tool's wake-up) is what should run next on the session's one worker: the
-                // settlement's line waits one yield. Nothing can be admitted before it: the
-                // next `Admit` queues behind it in this mailbox.
-                tokio::task::yield_now().await;
-                state.settle(reservation, input, output, actual)
-            }
+            SpendMsg::Settle { reservation, input, output, actual } => state.settle(reservation, input, output, actual),
             SpendMsg::Fail { reservation, actual } => {
                 let input = state.book.lock().open.get(&reservation).map_or(0, |r| r.estimated_input);
                 state.settle(reservation, input, 0, actual);
