@@ -178,7 +178,7 @@ pub(crate) fn start(host: &Host, key: [u8; 32], name: &str, bytes: &[u8], kind: 
                 Err(LoadError::Compile { artifact: name.clone(), source: "the compiler panicked".into() })
             });
             if let Err(e) = &linked {
-                tracing::warn!(artifact = name, error = %e, "a tool compiled in the background failed; its calls are refused");
+                tracing::warn!(artifact = name, error = %e, "an artifact compiled in the background failed; its calls are refused");
             }
             later.finish(linked.map_err(Arc::new));
             host.compiling.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&job);
