@@ -15,7 +15,10 @@
 //!   many sessions on a runtime with a worker per core (where `capsule host` ran its capsules
 //!   before shards), alternating, in a last table. The stub runs on a runtime
 //!   of its own, as a provider is another process; the session's frames are read by a task on
-//!   the session's runtime, as `capsule run`'s printer reads them;
+//!   the session's runtime, as `capsule run`'s printer reads them.
+//!   Two switches show where turn 1's extra cost lies: `CAPSULE_BENCH_SHARED_HOST=1` runs every
+//!   session on one `Host`, and `CAPSULE_BENCH_WARM_TASK=1` gives each session a one-tool-call
+//!   task before the one measured;
 //! - the same per-turn overhead when the stub takes 20 ms to answer each request, next to the
 //!   instant stub's, in alternating sessions (`--think` prints this table alone);
 //! - the same per-turn overhead with the session's journal on NATS JetStream (a real 3-node
@@ -155,10 +158,26 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         let think = (think_ms > 0).then_some(think_ms);
         let mut turns: Vec<Turn> = (0..n).map(|i| Turn { text: Some(format!("step {i}")), delay_ms: think, ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) }).collect();
         turns.push(Turn::text("done"));
+        // `CAPSULE_BENCH_WARM_TASK=1`: the session first runs a one-tool-call task of its own,
+        // and the turns are those of the task after it: shows which part of turn 1's extra cost
+        // is the session's first tool turn rather than the task's.
+        let warm = std::env::var_os("CAPSULE_BENCH_WARM_TASK").is_some();
+        if warm {
+            turns.insert(0, Turn::text("warmed"));
+            turns.insert(0, Turn { text: Some("warm".into()), ..Turn::tool_call("files", serde_json::json!({"op": "list", "path": "."})) });
+        }
         let stub = start_stub(Script::new(turns));
         let work = tempfile::tempdir().expect("tempdir");
         let cache = repo().join("target/bench-component-cache");
-        let host = Host::new(HostOptions { cache_dir: Some(cache) }).expect("host");
+        // `CAPSULE_BENCH_SHARED_HOST=1`: every session on one `Host` (one engine, pool and
+        // component cache, as `capsule host` runs its capsules) instead of one each (as each
+        // `capsule run` has): shows which part of turn 1's extra cost is the new host's.
+        let host = if std::env::var_os("CAPSULE_BENCH_SHARED_HOST").is_some() {
+            static SHARED: std::sync::OnceLock<Host> = std::sync::OnceLock::new();
+            SHARED.get_or_init(|| Host::new(HostOptions { cache_dir: Some(cache) }).expect("host")).clone()
+        } else {
+            Host::new(HostOptions { cache_dir: Some(cache) }).expect("host")
+        };
         let dir = tempfile::tempdir().expect("capsule dir");
         let manifest = std::fs::read_to_string(repo().join("examples/hello/murmur.yaml")).expect("manifest").replace("../../components", &repo().join("components").display().to_string()).replace("max_turns: 6", &format!("max_turns: {}", n + 10));
         std::fs::write(dir.path().join("murmur.yaml"), manifest).expect("write");
@@ -174,6 +193,16 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         };
         let session = Session::launch(opts).await.expect("launch");
         let mut rx = session.subscribe(None).await.expect("subscribe");
+        if warm {
+            let warmed = session.submit("warm").await.expect("warm task");
+            assert_eq!(warmed.exit_status, capsule_protocol::trace::ExitStatus::Ok);
+            loop {
+                let f = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("frames").expect("open");
+                if let Frame::Status { is_final: true, .. } = &f.frame {
+                    break;
+                }
+            }
+        }
         let submit = tokio::spawn({
             let s = std::sync::Arc::new(session);
             let s2 = s.clone();
@@ -188,7 +217,10 @@ fn per_turn_thinking(rt: &tokio::runtime::Runtime, cluster: Option<ClusterHost>,
         let (outcome, session) = submit.await.expect("join");
         assert_eq!(outcome.expect("outcome").exit_status, capsule_protocol::trace::ExitStatus::Ok);
         session.shutdown().await;
-        let reqs = stub.requests();
+        let mut reqs = stub.requests();
+        if warm {
+            reqs.drain(..2);
+        }
         assert_eq!(reqs.len(), n + 1, "one provider request per turn");
         // Turn t runs from the arrival of provider request t − 1 at the stub to the arrival of
         // request t: the stub's answer, the runtime's work on it (journal, the tool, the next

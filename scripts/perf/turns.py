@@ -13,7 +13,9 @@ provider requests minus the stub's own time on the first (what the #16 targets c
                               to the first provider byte, turn 1 (its tool call), wall, peak RSS
   turns.py warm ROUNDS A B    the same with one filled cache (each binary's first run fills it)
   turns.py timeline BIN       one 110-turn run on a syscall timeline (needs `perf`)
-  turns.py callgrind BIN      instructions a turn: (110-turn run - 10-turn run) / 100 (valgrind)
+  turns.py callgrind BIN [N1 N2 ...]
+                              instructions a turn: (110-turn run - 10-turn run) / 100 (valgrind);
+                              with counts, each step's (0 1 2 3: turns 1, 2 and 3 alone)
 
 The stub is `$STUB stub-provider` (default: the first binary named), so A and B answer to the
 same stub. Compare figures within one invocation: this machine's speed drifts between runs.
@@ -201,15 +203,20 @@ def timeline(binary):
         print(f"{name:14s} {cells}")
 
 
-def callgrind(binary):
+def callgrind(binary, counts=(10, 110)):
+    """Instructions of whole runs of each turn count, and what each added turn cost on average
+    (the counts 0 1 2 3 give turn 1, 2 and 3 alone)."""
     totals = {}
-    for turns in (10, 110):
+    for turns in counts:
         out = os.path.join(WORK, f"callgrind.{turns}")
         run(binary, turns, os.environ.get("STUB", binary),
             prefix=("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"))
         with open(out) as f:
             totals[turns] = int(next(l for l in f if l.startswith("summary:")).split()[1])
-    print(f"10 turns {totals[10]:,}  110 turns {totals[110]:,}  a turn {(totals[110] - totals[10]) / 100:,.0f}")
+    print("  ".join(f"{t} turns {totals[t]:,}" for t in counts))
+    for a, b in zip(counts, counts[1:]):
+        label = f"turn {b}" if b - a == 1 else f"turns {a + 1}-{b}"
+        print(f"{label}: {(totals[b] - totals[a]) / (b - a):,.0f} a turn")
     print("(run it twice: the first run may compile the components for valgrind's allocator)")
 
 
@@ -229,8 +236,11 @@ def main(argv):
         first(int(args[0]), args[1], args[2], cmd == "warm")
     elif cmd == "timeline" and len(args) == 1:
         timeline(args[0])
-    elif cmd == "callgrind" and len(args) == 1:
-        callgrind(args[0])
+    elif cmd == "callgrind" and len(args) >= 1 and not args[0].isdigit():
+        counts = tuple(int(a) for a in args[1:]) or (10, 110)
+        if len(counts) < 2 or list(counts) != sorted(set(counts)):
+            sys.exit("callgrind BIN [N1 N2 ...]: at least two turn counts, increasing")
+        callgrind(args[0], counts)
     else:
         sys.exit(__doc__)
 
