@@ -18,14 +18,19 @@
 //!   refuses the call, and one replaced by another folder gives the call the new one, as
 //!   for a store made at the call; an instance made with a folder never serves a call
 //!   without one;
-//! - a call waits for a make only once a wait has begun (the make is then under way or done:
-//!   the work the call would otherwise do itself); with no wait since the tool's last call (a
-//!   turn's second call of a tool) the make is abandoned and the call makes its own;
+//! - a call waits for a make only when the latest news is a wait begun since the tool's last
+//!   call (the make is then under way or done: the work the call would otherwise do itself);
+//!   with no wait since (a turn's second call of a tool), or an answer without tools after the
+//!   last one, the make is abandoned and the call makes its own;
 //! - an instance not taken is dropped at the session's next news (the next request out, or an
-//!   answer that asks for no tools), so an idle session holds none.
+//!   answer that asks for no tools), so an idle session holds none;
+//! - when that news is an answer that asks for no tools (a task's last answer, or a failed
+//!   call), the instance is made once more in the wait after it: the next task's first tool
+//!   call then finds one, as the session's first did. One made then and not taken is the last
+//!   until the tool's next call.
 
 use std::sync::{Arc, Mutex};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use wasmtime::Store;
 
 use crate::ahead::{Counted, ForCall, Made};
@@ -47,11 +52,12 @@ pub struct ToolAhead {
 }
 
 /// The work started after a call: the session's news since then, where the instance goes, and
-/// the make's end (sent, or dropped unsent, once it has put its instance in or given up).
+/// the number of the last news the work has dealt with (for a wait: once its instance is made;
+/// the sender is dropped when no more is to come).
 struct Next {
     news: watch::Receiver<Wait>,
     slot: Slot,
-    tried: oneshot::Receiver<()>,
+    tried: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for ToolAhead {
@@ -76,21 +82,31 @@ impl ToolAhead {
         self.next.as_ref().is_some_and(|n| n.slot.lock().unwrap_or_else(|p| p.into_inner()).is_some())
     }
 
-    /// The instance made for a call with `grants`, if a wait has begun since the tool's last
-    /// call (then its make is waited for) and it fits; the call's policy and `events` go in.
-    /// Either way the work is given up: an instance still to be made is then not made.
+    /// The instance made for a call with `grants`, if the latest news is a wait begun since the
+    /// tool's last call (then its make is waited for) and it fits; the call's policy and
+    /// `events` go in. Either way the work is given up: an instance still to be made is then
+    /// not made.
     async fn take(&mut self, grants: &Grants, events: Arc<dyn GuestEvents>) -> Option<Made> {
-        let Next { news, slot, tried } = self.next.take()?;
+        let Next { news, slot, mut tried } = self.next.take()?;
         if !news.has_changed().unwrap_or(false) {
             return None;
         }
-        let _ = tried.await;
+        let latest = *news.borrow();
+        if !latest.out {
+            // An answer that asked for no tools came last: what was held is gone, and the make
+            // for the next wait has not begun.
+            return None;
+        }
+        let _ = tried.wait_for(|&seq| seq >= latest.seq).await;
         let made = slot.lock().unwrap_or_else(|p| p.into_inner()).take()?;
         made.fit(grants, events)
     }
 
     /// After a call of `artifact` with `grants` that used `used`: at the session's next wait,
-    /// drop `used` and make the next instance. Nothing outside a tokio runtime.
+    /// drop `used` and make the next instance, held until the news after that. When that news
+    /// is an answer that asked for no tools (the task's turns ended, or its call failed), the
+    /// instance is made once more in the wait after it, the next task's first; one made then
+    /// and not taken is the last. Nothing outside a tokio runtime.
     pub(crate) fn start(
         &mut self,
         artifact: &LoadedArtifact,
@@ -103,32 +119,57 @@ impl ToolAhead {
         let mut news = waits.subscribe();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         // The used store waits only when the cap allows; otherwise it is dropped now.
-        let used = used.and_then(|store| Counted::take().map(|counted| (store, counted)));
+        let mut used = used.and_then(|store| Counted::take().map(|counted| (store, counted)));
         let slot = Slot::default();
-        let (tried_tx, tried) = oneshot::channel();
+        let (tried_tx, tried) = watch::channel(0);
         self.next = Some(Next { news: news.clone(), slot: slot.clone(), tried });
         let (artifact, host, grants) = (artifact.clone(), host.clone(), grants.clone());
         runtime.spawn(async move {
-            let waiting = news.changed().await.is_ok() && news.borrow_and_update().out;
-            // The used store's count goes to the instance made in its place.
-            let counted = used.map(|(store, counted)| {
-                drop(store);
-                counted
-            });
-            // Not in a wait, or the call it was for has already come and made its own.
-            if !waiting || Arc::strong_count(&slot) == 1 {
-                return;
+            // Whether the instance about to be made is the one made again after an answer
+            // without tools.
+            let mut again = false;
+            loop {
+                if news.changed().await.is_err() {
+                    return;
+                }
+                let wait = *news.borrow_and_update();
+                // The used store's count goes to the instance made in its place.
+                let counted = used.take().map(|(store, counted)| {
+                    drop(store);
+                    counted
+                });
+                // The call it was for has already come and made its own.
+                if Arc::strong_count(&slot) == 1 {
+                    return;
+                }
+                if !wait.out {
+                    // No tool call follows this answer: make the instance in the next wait.
+                    again = true;
+                    tried_tx.send_replace(wait.seq);
+                    continue;
+                }
+                // The folder as it is now, found without creating anything (a folder still
+                // missing is made by the call); the call checks it is still the folder at the
+                // scope's path.
+                let Some(counted) = counted.or_else(Counted::take) else { return };
+                let folder = grants.folder().and_then(|s| s.find().ok());
+                let Some(made) = Made::make(&artifact, &host, grants.clone(), counted, folder).await else { return };
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
+                tried_tx.send_replace(wait.seq);
+                // Held until the next news; what no call took by then is dropped.
+                if news.changed().await.is_err() {
+                    return;
+                }
+                let after = *news.borrow_and_update();
+                drop(slot.lock().unwrap_or_else(|p| p.into_inner()).take());
+                tried_tx.send_replace(after.seq);
+                // Made again only once, and only when the news was an answer without tools: a
+                // wait means the turn's tool calls went by without this tool.
+                if again || after.out {
+                    return;
+                }
+                again = true;
             }
-            let Some(counted) = counted.or_else(Counted::take) else { return };
-            // The folder as it is now, found without creating anything (a folder still missing
-            // is made by the call); the call checks it is still the folder at the scope's path.
-            let folder = grants.folder().and_then(|s| s.find().ok());
-            let Some(made) = Made::make(&artifact, &host, grants, counted, folder).await else { return };
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
-            drop(tried_tx);
-            // Held until the next news; what no call took by then is dropped.
-            let _ = news.changed().await;
-            drop(slot.lock().unwrap_or_else(|p| p.into_inner()).take());
         });
     }
 }

@@ -16,7 +16,7 @@ pub struct Waits(Arc<watch::Sender<Wait>>);
 /// The latest news: how many there have been, and whether it was a request going out.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Wait {
-    seq: u64,
+    pub(crate) seq: u64,
     pub(crate) out: bool,
 }
 

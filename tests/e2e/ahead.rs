@@ -220,3 +220,68 @@ async fn a_tool_instance_is_made_only_in_a_wait_held_for_one_call_and_dropped_at
     eventually("the used store dropped", || async { held() == 0 }).await;
     assert!(!ahead.is_ready());
 }
+
+#[tokio::test]
+async fn after_an_answer_without_tools_the_tool_instance_is_made_once_more_for_the_next_tasks_first_call() {
+    let host = host();
+    let read = LoadedArtifact::load_file(&host, "read", &dist("guest-read-env")).expect("loads");
+    let waits = Waits::default();
+    let g = grants("a", None);
+    let mut ahead = ToolAhead::first(&read, &host, &g, &waits);
+    // Task 1: its first request out, the tool's call, its last request out, its last answer.
+    waits.out();
+    eventually("made in the session's first wait", || async { ahead.is_ready() }).await;
+    let out = read.call_tool_ahead(&host, &g, Arc::new(NoEvents), input("WHICH"), &mut ahead, &waits).await;
+    assert!(out.made_ahead);
+    waits.out();
+    eventually("made for a next call", || async { ahead.is_ready() }).await;
+    waits.answered_without_tools();
+    eventually("nothing held while the session is idle", || async { held() == 0 && !ahead.is_ready() }).await;
+
+    // Task 2: its first request out: the instance is made again, and its first call takes it.
+    waits.out();
+    eventually("made again in the next task's first wait", || async { ahead.is_ready() }).await;
+    assert_eq!(held(), 1);
+    let out = read.call_tool_ahead(&host, &g, Arc::new(NoEvents), input("WHICH"), &mut ahead, &waits).await;
+    assert!(out.made_ahead, "the next task's first call took the instance made in that task's first wait");
+    assert_eq!(out.result.expect("returns"), read_a());
+    waits.out();
+    eventually("made after the call", || async { ahead.is_ready() }).await;
+    waits.answered_without_tools();
+    eventually("idle again", || async { held() == 0 }).await;
+
+    // Task 3 asks for no tool: the instance made in its wait is dropped at its answer, and no
+    // other is made for task 4.
+    waits.out();
+    eventually("made once more, in task 3's wait", || async { ahead.is_ready() }).await;
+    waits.answered_without_tools();
+    eventually("dropped at task 3's answer", || async { held() == 0 && !ahead.is_ready() }).await;
+    waits.out();
+    let out = read.call_tool_ahead(&host, &g, Arc::new(NoEvents), input("WHICH"), &mut ahead, &waits).await;
+    assert!(!out.made_ahead, "made once more only: task 4's call made its own");
+    assert_eq!(out.result.expect("returns"), read_a());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_second_task_runs_its_first_tool_call_in_an_instance_made_in_its_first_wait() {
+    let turns = vec![
+        Turn::tool_call("files", json!({"op": "list", "path": "."})),
+        Turn::text("one"),
+        Turn::tool_call("files", json!({"op": "list", "path": "."})),
+        Turn::text("two"),
+    ];
+    let stub = stub(turns);
+    let (_cap, session) = launch_files_capsule(&stub).await;
+    for task in ["first", "second"] {
+        let (outcome, _frames) = run_task(&session, task).await;
+        assert_eq!(outcome.exit_status, ExitStatus::Ok, "{}", outcome.message);
+        eventually("the idle session holds no instance", || async { held() == 0 }).await;
+    }
+    let made: Vec<bool> = trace(&session)
+        .iter()
+        .filter(|e| e["event_type"] == "tool_call")
+        .map(|e| e["instance_made_ahead"].as_bool().expect("the trace says"))
+        .collect();
+    assert_eq!(made, [true, true], "each task's first tool call runs in an instance made in that task's first wait");
+    session.shutdown().await;
+}
